@@ -1,0 +1,43 @@
+# sluice: the two commands are `make quickstart` (the main job) and `make test` (every test).
+# Both run `make setup` first, which installs what is missing on a fresh Debian machine (as root).
+
+GO        ?= go
+BIN       := bin/sluice
+PKGS      := ./...
+# 2 cores: at most two test binaries at a time.
+TEST_P    ?= 2
+TEST_FLAGS ?= -count=1 -timeout 40m
+
+.PHONY: all setup build quickstart test vet race soak bench clean
+
+all: build
+
+setup:
+	bash e2e/setup/setup.sh
+
+build:
+	$(GO) build -o $(BIN) ./cmd/sluice
+
+quickstart: setup build
+	./$(BIN) version
+
+vet:
+	$(GO) vet $(PKGS)
+
+# Packages with concurrency also run under the race detector.
+race:
+	$(GO) test -race $(TEST_FLAGS) ./connect/...
+
+test: setup vet
+	$(GO) test -p $(TEST_P) $(TEST_FLAGS) $(PKGS)
+	$(MAKE) race
+
+# Long kill loops and soak runs (iteration counts raised through SLUICE_SOAK).
+soak: setup
+	SLUICE_SOAK=1 $(GO) test -p 1 -count=1 -timeout 3h $(PKGS)
+
+bench: setup
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+clean:
+	rm -rf bin

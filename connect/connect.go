@@ -1,0 +1,92 @@
+package connect
+
+import (
+	"context"
+	"log/slog"
+)
+
+// Batch is what one Source.Read returns: records in source order and the position right after
+// the last of them. A batch with no records and a newer Position is a heartbeat: it lets the
+// runtime store progress of an idle or fully filtered source.
+type Batch struct {
+	Records []Record
+	// Position is where the source resumes after this batch; the runtime passes it to Ack once
+	// every record of the batch (and of all batches before it) is durable in the log.
+	Position Position
+}
+
+// Source captures changes from a system into records.
+//
+// The runtime calls Open once, then Read repeatedly from one goroutine, calling Ack after the
+// records of one or more batches are durable in the log, and finally Close. Ack may be called
+// concurrently with a blocked Read (a source must not make Read wait for Ack). After a crash,
+// the runtime opens a new instance at the last position the log holds; records it re-emits at
+// or below what is already in the log are dropped by the runtime (see Position).
+type Source interface {
+	// Open prepares the source to emit records that follow after: the zero Position means
+	// "never ran" (take the initial snapshot if the configuration asks for one). A position
+	// that can no longer be resumed from (purged binlog, dropped slot) is a Permanent error
+	// naming the wanted and the oldest available position, unless configured to re-snapshot.
+	Open(ctx context.Context, after Position) error
+	// Read blocks until it has records or a heartbeat, and returns a bounded batch (a huge
+	// source transaction arrives over several batches). On ctx cancellation it returns
+	// ctx.Err() promptly.
+	Read(ctx context.Context) (Batch, error)
+	// Ack tells the source that everything up to and including upTo is durable in the log, so
+	// it may release the source's resources for it (Postgres flush LSN). Never called with a
+	// position the source did not emit.
+	Ack(ctx context.Context, upTo Position) error
+	// Close releases connections. It is called once, also after Open failed.
+	Close(ctx context.Context) error
+}
+
+// Sink maintains a view from records read from the log.
+//
+// The runtime calls Open once, then Write from one goroutine with batches in log order per
+// partition, committing the consumer offsets of a batch only after Write returned nil (or a
+// *WriteError), and finally Close. Delivery is at least once: after a crash the records since
+// the last committed offsets are written again, so Write must be idempotent (guarded by
+// Record.Version).
+type Sink interface {
+	Open(ctx context.Context) error
+	// Write applies the batch. nil means every record is durable in the view. A *WriteError
+	// means every record but the listed ones is durable, and those were rejected permanently
+	// (they go to the dead-letter topic per errors.tolerance). Any other error means the
+	// batch may be partly applied and will be retried whole (retriable) or fails the task
+	// (Permanent).
+	Write(ctx context.Context, batch []Record) error
+	Close(ctx context.Context) error
+}
+
+// Transform reshapes one record. Apply is pure: no I/O, no clock, no goroutines, no
+// retained state between calls; it may be called concurrently from several tasks.
+// keep=false drops the record. An error is a per-record failure handled by errors.tolerance.
+// Apply must not modify the input record's Key, Value or Headers in place (they may be shared):
+// it builds new ones where it changes them.
+type Transform interface {
+	Apply(r Record) (out Record, keep bool, err error)
+}
+
+// Predicate decides whether a transform applies to a record. Test is pure, like Apply.
+type Predicate interface {
+	Test(r Record) (bool, error)
+}
+
+// Env is what the runtime hands a connector instance when it builds it.
+type Env struct {
+	// Connector is the connector's name; Task its task number.
+	Connector string
+	Task      int
+	Logger    *slog.Logger
+	// Store is the connector's durable state store in the log (nil for sinks), for state that
+	// must outlive restarts apart from the position, e.g. the MySQL schema history.
+	Store Store
+}
+
+// Store is a connector's durable, ordered record store, kept in an internal topic of the log.
+type Store interface {
+	// Append stores one entry; it is durable when Append returns.
+	Append(ctx context.Context, key, value []byte) error
+	// Scan calls fn for every stored entry in the order they were appended.
+	Scan(ctx context.Context, fn func(key, value []byte) error) error
+}

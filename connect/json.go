@@ -1,0 +1,598 @@
+package connect
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// maxDepth bounds the nesting the parser accepts, so hostile input cannot exhaust the stack.
+const maxDepth = 256
+
+// AppendJSON appends the JSON rendering of a data-model value to dst. Rows keep their field
+// order; []byte renders as base64; NaN and ±Inf render as strings. Other Go integer and float
+// kinds, time.Time (RFC 3339, nanoseconds) and map[string]any (sorted keys) are accepted for
+// convenience. A value outside the data model is an error.
+func AppendJSON(dst []byte, v any) ([]byte, error) {
+	return appendValue(dst, v, 0)
+}
+
+// MarshalJSONValue renders a data-model value as JSON.
+func MarshalJSONValue(v any) ([]byte, error) {
+	return AppendJSON(make([]byte, 0, 256), v)
+}
+
+// MarshalJSON renders the row as a JSON object with its fields in order.
+func (r Row) MarshalJSON() ([]byte, error) { return MarshalJSONValue(r) }
+
+// UnmarshalJSON parses a JSON object (or null) into r, keeping field order.
+func (r *Row) UnmarshalJSON(b []byte) error {
+	v, err := ParseJSON(b)
+	if err != nil {
+		return err
+	}
+	switch x := v.(type) {
+	case nil:
+		*r = nil
+	case Row:
+		*r = x
+	default:
+		return fmt.Errorf("row: want a JSON object, got %s", typeName(v))
+	}
+	return nil
+}
+
+func appendValue(dst []byte, v any, depth int) ([]byte, error) {
+	if depth > maxDepth {
+		return dst, errors.New("value nested too deeply")
+	}
+	switch x := v.(type) {
+	case nil:
+		return append(dst, "null"...), nil
+	case bool:
+		if x {
+			return append(dst, "true"...), nil
+		}
+		return append(dst, "false"...), nil
+	case string:
+		return appendString(dst, x), nil
+	case int64:
+		return strconv.AppendInt(dst, x, 10), nil
+	case int:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int32:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int16:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case int8:
+		return strconv.AppendInt(dst, int64(x), 10), nil
+	case uint64:
+		return strconv.AppendUint(dst, x, 10), nil
+	case uint:
+		return strconv.AppendUint(dst, uint64(x), 10), nil
+	case uint32:
+		return strconv.AppendUint(dst, uint64(x), 10), nil
+	case uint16:
+		return strconv.AppendUint(dst, uint64(x), 10), nil
+	case uint8:
+		return strconv.AppendUint(dst, uint64(x), 10), nil
+	case float64:
+		return appendFloat(dst, x, 64), nil
+	case float32:
+		return appendFloat(dst, float64(x), 32), nil
+	case []byte:
+		if x == nil {
+			return append(dst, "null"...), nil
+		}
+		dst = append(dst, '"')
+		dst = base64.StdEncoding.AppendEncode(dst, x)
+		return append(dst, '"'), nil
+	case Row:
+		if x == nil {
+			return append(dst, "null"...), nil
+		}
+		dst = append(dst, '{')
+		var err error
+		for i := range x {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendString(dst, x[i].Name)
+			dst = append(dst, ':')
+			if dst, err = appendValue(dst, x[i].Value, depth+1); err != nil {
+				return dst, err
+			}
+		}
+		return append(dst, '}'), nil
+	case []any:
+		if x == nil {
+			return append(dst, "null"...), nil
+		}
+		dst = append(dst, '[')
+		var err error
+		for i := range x {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			if dst, err = appendValue(dst, x[i], depth+1); err != nil {
+				return dst, err
+			}
+		}
+		return append(dst, ']'), nil
+	case map[string]any:
+		if x == nil {
+			return append(dst, "null"...), nil
+		}
+		return appendValue(dst, RowFromMap(x), depth)
+	case time.Time:
+		return appendString(dst, x.Format(time.RFC3339Nano)), nil
+	default:
+		return dst, fmt.Errorf("value of type %T is outside the data model", v)
+	}
+}
+
+func appendFloat(dst []byte, f float64, bits int) []byte {
+	switch {
+	case math.IsNaN(f):
+		return append(dst, `"NaN"`...)
+	case math.IsInf(f, 1):
+		return append(dst, `"Infinity"`...)
+	case math.IsInf(f, -1):
+		return append(dst, `"-Infinity"`...)
+	}
+	// Like encoding/json: plain notation for ordinary magnitudes, exponent otherwise.
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21)) {
+		format = 'e'
+	}
+	n := len(dst)
+	dst = strconv.AppendFloat(dst, f, format, -1, bits)
+	if format == 'e' {
+		// clean up e-09 to e-9, as encoding/json does
+		if m := len(dst) - n; m >= 4 && dst[len(dst)-4] == 'e' && dst[len(dst)-3] == '-' && dst[len(dst)-2] == '0' {
+			dst[len(dst)-2] = dst[len(dst)-1]
+			dst = dst[:len(dst)-1]
+		}
+	}
+	return dst
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as in encoding/json;
+// unlike it, <, > and & are not escaped (the output is not meant for HTML).
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// RowFromMap builds a Row from a map, with the keys in sorted order (a map has no order of its
+// own). Nested maps become Rows too.
+func RowFromMap(m map[string]any) Row {
+	if m == nil {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sortStrings(keys)
+	out := make(Row, len(keys))
+	for i, k := range keys {
+		v := m[k]
+		if mm, ok := v.(map[string]any); ok {
+			v = RowFromMap(mm)
+		}
+		out[i] = Field{Name: k, Value: v}
+	}
+	return out
+}
+
+func sortStrings(s []string) {
+	// insertion sort: rows are small, and this keeps the package free of reflection-based sorts
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// SyntaxError is a JSON parse error at a byte offset of the input.
+type SyntaxError struct {
+	Offset int
+	Msg    string
+}
+
+func (e *SyntaxError) Error() string {
+	return fmt.Sprintf("json: %s at offset %d", e.Msg, e.Offset)
+}
+
+// ParseJSON parses one JSON value into the data model: objects become Rows (field order kept;
+// a repeated name keeps its last value, in the position of its first occurrence), arrays []any,
+// integers int64 (uint64 beyond the int64 range), other numbers float64, strings string.
+// Trailing non-space input is an error.
+func ParseJSON(b []byte) (any, error) {
+	p := parser{buf: b}
+	p.skipSpace()
+	v, err := p.value(0)
+	if err != nil {
+		return nil, err
+	}
+	p.skipSpace()
+	if p.pos != len(p.buf) {
+		return nil, p.errorf("unexpected %q after the value", p.buf[p.pos])
+	}
+	return v, nil
+}
+
+type parser struct {
+	buf []byte
+	pos int
+}
+
+func (p *parser) errorf(format string, args ...any) error {
+	return &SyntaxError{Offset: p.pos, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (p *parser) skipSpace() {
+	for p.pos < len(p.buf) {
+		switch p.buf[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) value(depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, p.errorf("value nested deeper than %d", maxDepth)
+	}
+	if p.pos >= len(p.buf) {
+		return nil, p.errorf("unexpected end of input")
+	}
+	switch c := p.buf[p.pos]; {
+	case c == '{':
+		return p.object(depth)
+	case c == '[':
+		return p.array(depth)
+	case c == '"':
+		return p.str()
+	case c == 't':
+		return true, p.literal("true")
+	case c == 'f':
+		return false, p.literal("false")
+	case c == 'n':
+		return nil, p.literal("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	default:
+		return nil, p.errorf("unexpected %q", c)
+	}
+}
+
+func (p *parser) literal(lit string) error {
+	if len(p.buf)-p.pos < len(lit) || string(p.buf[p.pos:p.pos+len(lit)]) != lit {
+		return p.errorf("invalid literal, want %s", lit)
+	}
+	p.pos += len(lit)
+	return nil
+}
+
+func (p *parser) object(depth int) (any, error) {
+	p.pos++ // {
+	row := Row{}
+	p.skipSpace()
+	if p.pos < len(p.buf) && p.buf[p.pos] == '}' {
+		p.pos++
+		return row, nil
+	}
+	for {
+		p.skipSpace()
+		if p.pos >= len(p.buf) || p.buf[p.pos] != '"' {
+			return nil, p.errorf("want an object key")
+		}
+		k, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		p.skipSpace()
+		if p.pos >= len(p.buf) || p.buf[p.pos] != ':' {
+			return nil, p.errorf("want ':' after object key")
+		}
+		p.pos++
+		p.skipSpace()
+		v, err := p.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		row = row.Set(k, v)
+		p.skipSpace()
+		if p.pos >= len(p.buf) {
+			return nil, p.errorf("unexpected end of input in object")
+		}
+		switch p.buf[p.pos] {
+		case ',':
+			p.pos++
+		case '}':
+			p.pos++
+			return row, nil
+		default:
+			return nil, p.errorf("want ',' or '}' in object, got %q", p.buf[p.pos])
+		}
+	}
+}
+
+func (p *parser) array(depth int) (any, error) {
+	p.pos++ // [
+	arr := []any{}
+	p.skipSpace()
+	if p.pos < len(p.buf) && p.buf[p.pos] == ']' {
+		p.pos++
+		return arr, nil
+	}
+	for {
+		p.skipSpace()
+		v, err := p.value(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		arr = append(arr, v)
+		p.skipSpace()
+		if p.pos >= len(p.buf) {
+			return nil, p.errorf("unexpected end of input in array")
+		}
+		switch p.buf[p.pos] {
+		case ',':
+			p.pos++
+		case ']':
+			p.pos++
+			return arr, nil
+		default:
+			return nil, p.errorf("want ',' or ']' in array, got %q", p.buf[p.pos])
+		}
+	}
+}
+
+func (p *parser) str() (string, error) {
+	p.pos++ // opening quote
+	start := p.pos
+	// fast path: no escapes, valid UTF-8
+	for p.pos < len(p.buf) {
+		c := p.buf[p.pos]
+		if c == '"' {
+			s := p.buf[start:p.pos]
+			if !utf8.Valid(s) {
+				break
+			}
+			p.pos++
+			return string(s), nil
+		}
+		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			break
+		}
+		p.pos++
+	}
+	out := append([]byte(nil), p.buf[start:p.pos]...)
+	for p.pos < len(p.buf) {
+		c := p.buf[p.pos]
+		switch {
+		case c == '"':
+			p.pos++
+			return string(out), nil
+		case c < 0x20:
+			return "", p.errorf("control character %#x in string", c)
+		case c == '\\':
+			if p.pos+1 >= len(p.buf) {
+				return "", p.errorf("unexpected end of input in string escape")
+			}
+			e := p.buf[p.pos+1]
+			p.pos += 2
+			switch e {
+			case '"', '\\', '/':
+				out = append(out, e)
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, err := p.hex4()
+				if err != nil {
+					return "", err
+				}
+				if utf16.IsSurrogate(r) {
+					r2 := rune(-1)
+					if p.pos+1 < len(p.buf) && p.buf[p.pos] == '\\' && p.buf[p.pos+1] == 'u' {
+						save := p.pos
+						p.pos += 2
+						if r2, err = p.hex4(); err != nil {
+							return "", err
+						}
+						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+							r = dec
+						} else {
+							p.pos = save
+							r = utf8.RuneError
+						}
+					} else {
+						r = utf8.RuneError
+					}
+				}
+				out = utf8.AppendRune(out, r)
+			default:
+				return "", p.errorf("invalid escape \\%c", e)
+			}
+		case c < utf8.RuneSelf:
+			out = append(out, c)
+			p.pos++
+		default:
+			r, size := utf8.DecodeRune(p.buf[p.pos:])
+			if r == utf8.RuneError && size == 1 {
+				out = append(out, "\uFFFD"...)
+			} else {
+				out = append(out, p.buf[p.pos:p.pos+size]...)
+			}
+			p.pos += size
+		}
+	}
+	return "", p.errorf("unterminated string")
+}
+
+func (p *parser) hex4() (rune, error) {
+	if len(p.buf)-p.pos < 4 {
+		return 0, p.errorf("short \\u escape")
+	}
+	var r rune
+	for i := 0; i < 4; i++ {
+		c := p.buf[p.pos+i]
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, p.errorf("invalid hex digit %q in \\u escape", c)
+		}
+	}
+	p.pos += 4
+	return r, nil
+}
+
+func (p *parser) number() (any, error) {
+	start := p.pos
+	isInt := true
+	if p.buf[p.pos] == '-' {
+		p.pos++
+	}
+	if p.pos >= len(p.buf) {
+		return nil, p.errorf("unexpected end of input in number")
+	}
+	switch c := p.buf[p.pos]; {
+	case c == '0':
+		p.pos++
+	case c >= '1' && c <= '9':
+		for p.pos < len(p.buf) && p.buf[p.pos] >= '0' && p.buf[p.pos] <= '9' {
+			p.pos++
+		}
+	default:
+		return nil, p.errorf("invalid number")
+	}
+	if p.pos < len(p.buf) && p.buf[p.pos] == '.' {
+		isInt = false
+		p.pos++
+		d := p.pos
+		for p.pos < len(p.buf) && p.buf[p.pos] >= '0' && p.buf[p.pos] <= '9' {
+			p.pos++
+		}
+		if p.pos == d {
+			return nil, p.errorf("want digits after '.'")
+		}
+	}
+	if p.pos < len(p.buf) && (p.buf[p.pos] == 'e' || p.buf[p.pos] == 'E') {
+		isInt = false
+		p.pos++
+		if p.pos < len(p.buf) && (p.buf[p.pos] == '+' || p.buf[p.pos] == '-') {
+			p.pos++
+		}
+		d := p.pos
+		for p.pos < len(p.buf) && p.buf[p.pos] >= '0' && p.buf[p.pos] <= '9' {
+			p.pos++
+		}
+		if p.pos == d {
+			return nil, p.errorf("want digits in exponent")
+		}
+	}
+	text := string(p.buf[start:p.pos])
+	if isInt {
+		if n, err := strconv.ParseInt(text, 10, 64); err == nil {
+			return n, nil
+		}
+		if text[0] != '-' {
+			if n, err := strconv.ParseUint(text, 10, 64); err == nil {
+				return n, nil
+			}
+		}
+	}
+	f, err := strconv.ParseFloat(text, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return nil, p.errorf("invalid number %q", text)
+	}
+	return f, nil
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case string:
+		return "string"
+	case int64, uint64, float64:
+		return "number"
+	case Row:
+		return "object"
+	case []any:
+		return "array"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}

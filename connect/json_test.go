@@ -1,0 +1,168 @@
+package connect
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestAppendJSON(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   any
+		want string
+	}{
+		{"null", nil, `null`},
+		{"bools", []any{true, false}, `[true,false]`},
+		{"ints", []any{int64(-1), int(2), int32(3), uint64(math.MaxUint64)}, `[-1,2,3,18446744073709551615]`},
+		{"floats", []any{1.5, 0.0, 1e21, 1e-7, float32(0.1)}, `[1.5,0,1e+21,1e-7,0.1]`},
+		{"special floats", []any{math.NaN(), math.Inf(1), math.Inf(-1)}, `["NaN","Infinity","-Infinity"]`},
+		{"escapes", "a\"b\\c\n\t\x01<>&\u2028", `"a\"b\\c\n\t\u0001<>&\u2028"`},
+		{"invalid utf8", "a\xffb", `"a\ufffdb"`},
+		{"bytes", []byte{0, 1, 2, 255}, `"AAEC/w=="`},
+		{"nil bytes", []byte(nil), `null`},
+		{"ordered row", Row{{"z", int64(1)}, {"a", int64(2)}}, `{"z":1,"a":2}`},
+		{"nil row", Row(nil), `null`},
+		{"empty row", Row{}, `{}`},
+		{"map sorted", map[string]any{"b": 1, "a": map[string]any{"y": 2, "x": 3}}, `{"a":{"x":3,"y":2},"b":1}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := MarshalJSONValue(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+	if _, err := MarshalJSONValue(struct{}{}); err == nil || err.Error() != "value of type struct {} is outside the data model" {
+		t.Fatalf("struct: got %v", err)
+	}
+}
+
+func TestParseJSON(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want any
+	}{
+		{` {"b":1,"a":[true,null,"x"],"c":{}} `, Row{{"b", int64(1)}, {"a", []any{true, nil, "x"}}, {"c", Row{}}}},
+		{`{"a":1,"a":2,"b":3}`, Row{{"a", int64(2)}, {"b", int64(3)}}},
+		{`9223372036854775807`, int64(math.MaxInt64)},
+		{`9223372036854775808`, uint64(1 << 63)},
+		{`-9223372036854775809`, float64(-9223372036854775809)},
+		{`1.25e2`, 125.0},
+		{`"\u00fc\ud83d\ude00\n\/"`, "ü😀\n/"},
+		{`"\ud83d"`, "\uFFFD"},
+		{`[]`, []any{}},
+	} {
+		got, err := ParseJSON([]byte(tc.in))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.in, err)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.in, diff)
+		}
+	}
+}
+
+func TestParseJSONErrors(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{``, `json: unexpected end of input at offset 0`},
+		{`{"a":1`, `json: unexpected end of input in object at offset 6`},
+		{`{"a" 1}`, `json: want ':' after object key at offset 5`},
+		{`{1:2}`, `json: want an object key at offset 1`},
+		{`[1 2]`, `json: want ',' or ']' in array, got '2' at offset 3`},
+		{`01`, `json: unexpected '1' after the value at offset 1`},
+		{`1.`, `json: want digits after '.' at offset 2`},
+		{`"a`, `json: unterminated string at offset 2`},
+		{"\"\x01\"", `json: control character 0x1 in string at offset 1`},
+		{`"\x"`, `json: invalid escape \x at offset 3`},
+		{`tru`, `json: invalid literal, want true at offset 0`},
+		{`{} x`, `json: unexpected 'x' after the value at offset 3`},
+		{`-`, `json: unexpected end of input in number at offset 1`},
+	} {
+		_, err := ParseJSON([]byte(tc.in))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q: got %v, want %q", tc.in, err, tc.want)
+		}
+	}
+	deep := bytes.Repeat([]byte("["), maxDepth+2)
+	if _, err := ParseJSON(deep); err == nil {
+		t.Error("deep nesting accepted")
+	}
+}
+
+// FuzzParseJSON checks that the parser never panics, agrees with encoding/json on what is
+// valid JSON, and that rendering what it parsed is stable: parse(render(v)) renders the same.
+func FuzzParseJSON(f *testing.F) {
+	for _, tc := range goldenCases() {
+		k, _ := MarshalJSONValue(tc.key)
+		v, _ := MarshalJSONValue(tc.value)
+		f.Add(k)
+		f.Add(v)
+	}
+	for _, s := range []string{`{"a":[1,2.5,-3e4,"\u00e9"]}`, `"\ud800"`, `1e999`, `{"a":1,"a":{"b":null}}`, `[[[[]]]]`, "\"\xff\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		v, err := ParseJSON(in)
+		if valid := json.Valid(in); (err == nil) != valid {
+			// encoding/json rejects invalid UTF-8 inside strings only when asked; both accept it.
+			if !(err == nil && !valid) {
+				t.Fatalf("ParseJSON err=%v but json.Valid=%v for %q", err, valid, in)
+			}
+		}
+		if err != nil {
+			return
+		}
+		out1, err := MarshalJSONValue(v)
+		if err != nil {
+			t.Fatalf("render parsed value: %v", err)
+		}
+		if !json.Valid(out1) {
+			t.Fatalf("rendered invalid JSON %q from %q", out1, in)
+		}
+		v2, err := ParseJSON(out1)
+		if err != nil {
+			t.Fatalf("reparse %q: %v", out1, err)
+		}
+		out2, _ := MarshalJSONValue(v2)
+		v3, _ := ParseJSON(out2)
+		out3, _ := MarshalJSONValue(v3)
+		if !bytes.Equal(out2, out3) {
+			t.Fatalf("rendering not stable: %q then %q", out2, out3)
+		}
+		// The envelope parser must not panic on anything the JSON parser accepts.
+		_, _ = ParseChangeEvent(v)
+	})
+}
+
+func BenchmarkParseEvent(b *testing.B) {
+	ev := ChangeEvent{Op: OpUpdate, Before: customer(1, "a@b.c"), After: customer(1, "d@e.f"), Source: mysqlSource("false", 1, 2)}
+	data, _ := ev.MarshalJSON()
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := ParseJSON(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRenderEvent(b *testing.B) {
+	ev := ChangeEvent{Op: OpUpdate, Before: customer(1, "a@b.c"), After: customer(1, "d@e.f"), Source: mysqlSource("false", 1, 2)}
+	row := ev.Row()
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		var err error
+		if buf, err = AppendJSON(buf[:0], row); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(len(buf)))
+}
