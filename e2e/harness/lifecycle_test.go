@@ -1,0 +1,206 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A missing server program fails the start with the command that installs it; nothing is
+// started and no dir is left.
+func TestMissingProgramHint(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		env   string
+		start func() error
+		want  string
+	}{
+		{"mariadb", "SLUICE_MARIADBD", func() error { _, err := StartMariaDB(ctx, MariaDBOptions{}); return err },
+			"start mariadb: mariadbd not found at /nonexistent/x (from SLUICE_MARIADBD): run `make setup` (bash e2e/setup/setup.sh) (apt-get install -y mariadb-server mariadb-client)"},
+		{"postgres", "SLUICE_PG_BIN", func() error { _, err := StartPostgres(ctx, PostgresOptions{}); return err },
+			"start postgres: initdb not found in /nonexistent/x (SLUICE_PG_BIN): run `make setup` (bash e2e/setup/setup.sh) (apt-get install -y postgresql-15 postgresql-client-15)"},
+		{"redis", "SLUICE_REDIS_SERVER", func() error { _, err := StartRedis(ctx, RedisOptions{}); return err },
+			"start redis: redis-server not found at /nonexistent/x (from SLUICE_REDIS_SERVER): run `make setup` (bash e2e/setup/setup.sh) (apt-get install -y redis-server)"},
+		{"elasticsearch", "SLUICE_ES_HOME", func() error { _, err := StartElasticsearch(ctx, ElasticsearchOptions{}); return err },
+			"start elasticsearch: elasticsearch not found in /nonexistent/x (SLUICE_ES_HOME): run `make setup` (bash e2e/setup/setup.sh) (bash e2e/setup/setup.sh fetches org.elasticsearch.distribution.integ-test-zip:elasticsearch:8.19.21:zip from Maven Central)"},
+		{"kafka", "SLUICE_KAFKA_LIBS", func() error { _, err := StartKafka(ctx, KafkaOptions{}); return err },
+			"start kafka: kafka_2.13 jar not found in /nonexistent/x (SLUICE_KAFKA_LIBS): run `make setup` (bash e2e/setup/setup.sh) (bash e2e/setup/setup.sh fetches org.apache.kafka:kafka_2.13:4.4.0 and its dependencies from Maven Central)"},
+		{"java", "SLUICE_JAVA_HOME", func() error { _, err := StartKafka(ctx, KafkaOptions{}); return err },
+			"start kafka: java not found in /nonexistent/x/bin (SLUICE_JAVA_HOME): run `make setup` (bash e2e/setup/setup.sh) (apt-get install -y openjdk-17-jdk-headless)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(ownDirs())
+			t.Setenv(tc.env, "/nonexistent/x")
+			err := tc.start()
+			if err == nil {
+				t.Fatal("started without its program")
+			}
+			if err.Error() != tc.want {
+				t.Fatalf("error =\n%s\nwant\n%s", err, tc.want)
+			}
+			var nie *NotInstalledError
+			if !errors.As(err, &nie) {
+				t.Fatalf("error %T is not a *NotInstalledError", err)
+			}
+			if left := ownDirs(); len(left) != before {
+				t.Fatalf("dirs after a failed start: %v, want %d", left, before)
+			}
+		})
+	}
+}
+
+// Close leaves nothing: every process of the server's group is gone and the dir is removed.
+// PostgreSQL is the case that matters: the postmaster has children.
+func TestCloseLeavesNothing(t *testing.T) {
+	var pids []int
+	var dir string
+	var pgid int
+	t.Run("server", func(t *testing.T) {
+		pg := NewPostgres(t, PostgresOptions{})
+		dir, pgid = pg.Dir(), pg.PID()
+		// a client connection gives the postmaster one more child
+		if err := pg.Exec(testCtx(t), "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+		pids = groupMembers(pgid)
+		if len(pids) < 3 {
+			t.Fatalf("postgres group %d has %d processes, want the postmaster and its helpers", pgid, len(pids))
+		}
+	})
+	for _, pid := range pids {
+		if !processGone(pid) {
+			t.Errorf("process %d still running after Close", pid)
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("dir %s after Close: %v, want it removed", dir, err)
+	}
+}
+
+func groupMembers(pgid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if g, err := syscall.Getpgid(pid); err == nil && g == pgid {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// A port taken between the pick and the server's bind makes the harness pick another one.
+func TestPortTakenRetries(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().(*net.TCPAddr).Port
+	firstPick = func() (int, error) { firstPick = nil; return taken, nil }
+	r := NewRedis(t, RedisOptions{})
+	if r.Port == taken {
+		t.Fatalf("redis on the taken port %d", taken)
+	}
+	if !addrInUse(r.LogPath(), 0) {
+		t.Fatalf("redis log does not show the failed bind:\n%s", logTail(r.LogPath(), 20))
+	}
+}
+
+// helperEnv makes the test binary a helper process that starts servers, prints their pids and
+// dirs, and waits to be killed.
+const helperEnv = "SLUICE_HARNESS_TEST_HELPER"
+
+func helperMain() {
+	ctx := context.Background()
+	r, err := StartRedis(ctx, RedisOptions{})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	pg, err := StartPostgres(ctx, PostgresOptions{})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	fmt.Println("server", r.PID(), r.Dir())
+	fmt.Println("server", pg.PID(), pg.Dir())
+	fmt.Println("ready")
+	select {}
+}
+
+// A test binary killed with SIGKILL (no cleanup runs) leaves no server running: each server
+// gets SIGKILL when its parent dies. The next harness start removes the dirs left behind.
+func TestKilledTestBinaryLeavesNoServer(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	type srv struct {
+		pid int
+		dir string
+	}
+	var servers []srv
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 0 && f[0] == "ready" {
+			break
+		}
+		if len(f) == 3 && f[0] == "server" {
+			pid, _ := strconv.Atoi(f[1])
+			servers = append(servers, srv{pid, f[2]})
+			continue
+		}
+		t.Fatalf("helper: %s", sc.Text())
+	}
+	if len(servers) != 2 {
+		t.Fatalf("helper started %d servers, want 2", len(servers))
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for _, s := range servers {
+		deadline := time.Now().Add(10 * time.Second)
+		for !processGone(s.pid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !processGone(s.pid) {
+			t.Errorf("server %d (dir %s) still running after its test binary was killed", s.pid, s.dir)
+		}
+		if _, err := os.Stat(s.dir); err != nil {
+			t.Fatalf("dir %s of the killed helper: %v, want it still there before cleanup", s.dir, err)
+		}
+	}
+	removeStale(os.TempDir())
+	for _, s := range servers {
+		if _, err := os.Stat(s.dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stale dir %s after removeStale: %v, want it removed", s.dir, err)
+		}
+		if left := processesIn(s.dir); len(left) > 0 {
+			t.Errorf("processes %v still in %s", left, s.dir)
+		}
+	}
+}
