@@ -1,0 +1,227 @@
+package wal
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+const defaultFetchBytes = 1 << 20
+
+// fetch reads committed records from offset on; see Log.Fetch.
+func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions) (FetchResult, error) {
+	maxBytes := opts.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = defaultFetchBytes
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	waited := false
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return FetchResult{}, ErrClosed
+		}
+		start, hw := p.segs[0].base, p.hw
+		if offset < start || offset > hw {
+			p.mu.Unlock()
+			return FetchResult{HighWatermark: hw, LogStartOffset: start}, &OffsetOutOfRangeError{
+				Topic: p.topic, Partition: p.id, Offset: offset, LogStart: start, HighWatermark: hw}
+		}
+		if offset == hw {
+			if opts.MaxWait <= 0 || waited {
+				p.mu.Unlock()
+				return FetchResult{NextOffset: offset, HighWatermark: hw, LogStartOffset: start}, nil
+			}
+			ch := p.hwCh
+			p.mu.Unlock()
+			if timer == nil {
+				timer = time.NewTimer(opts.MaxWait)
+			}
+			select {
+			case <-ch:
+			case <-timer.C:
+				waited = true
+			case <-ctx.Done():
+				return FetchResult{}, ctx.Err()
+			}
+			continue
+		}
+		segs, hwPos := p.segs, p.hwPos
+		p.filesMu.RLock()
+		p.mu.Unlock()
+		res, err := readRecords(segs, hwPos, hw, offset, maxBytes)
+		p.filesMu.RUnlock()
+		res.HighWatermark, res.LogStartOffset = hw, start
+		return res, err
+	}
+}
+
+// readLimit is how many bytes of segs[i] hold committed batches.
+func readLimit(segs []*segment, i int, hwPos int64) int64 {
+	if i == len(segs)-1 {
+		return hwPos
+	}
+	return segs[i].size
+}
+
+// findSegment returns the index of the segment holding offset.
+func findSegment(segs []*segment, offset int64) int {
+	i := len(segs) - 1
+	for i > 0 && segs[i].base > offset {
+		i--
+	}
+	return i
+}
+
+// readRecords decodes committed records from offset on, reading windows of
+// up to maxBytes and moving on while batches emptied by compaction yield
+// nothing. Caller holds filesMu for reading.
+func readRecords(segs []*segment, hwPos, hw, offset int64, maxBytes int) (FetchResult, error) {
+	res := FetchResult{NextOffset: offset}
+	for i := findSegment(segs, offset); i < len(segs) && res.NextOffset < hw; i++ {
+		s := segs[i]
+		limit := readLimit(segs, i, hwPos)
+		pos := floorOffset(s.offIdx, s.base, res.NextOffset)
+		for pos < limit {
+			n, err := readWindow(s, pos, limit, hw, maxBytes, &res)
+			if err != nil || len(res.Records) > 0 {
+				return res, err
+			}
+			pos += int64(n)
+		}
+		if i+1 < len(segs) {
+			res.NextOffset = max(res.NextOffset, segs[i+1].base)
+		}
+	}
+	return res, nil
+}
+
+// readWindow reads the batches in one window of s from pos, appends the
+// records at or after res.NextOffset to res and returns the bytes consumed.
+func readWindow(s *segment, pos, limit, hw int64, maxBytes int, res *FetchResult) (int, error) {
+	n := min(int64(max(maxBytes, batchFixedHeader)), limit-pos)
+	buf := make([]byte, n)
+	if got, err := s.f.ReadAt(buf, pos); int64(got) < n {
+		return 0, fmt.Errorf("read %s at %d: %w", s.path, pos, err)
+	}
+	// The first batch is returned whole even if larger than maxBytes.
+	if sz, ok := peekBatchSize(buf); ok && sz > len(buf) && pos+int64(sz) <= limit {
+		buf = make([]byte, sz)
+		if _, err := s.f.ReadAt(buf, pos); err != nil {
+			return 0, fmt.Errorf("read %s at %d: %w", s.path, pos, err)
+		}
+	}
+	offset := res.NextOffset
+	// First pass: verify the batches and count the records.
+	count, end := 0, 0
+	for end < len(buf) {
+		h, err := parseBatch(buf[end:], false)
+		if err == errShortBatch && end > 0 {
+			break
+		}
+		if err != nil {
+			return 0, &CorruptionError{File: s.path, Offset: pos + int64(end), Reason: err.Error()}
+		}
+		if h.nextOffset() > hw {
+			return 0, &CorruptionError{File: s.path, Offset: pos + int64(end), Reason: "batch extends past the committed end"}
+		}
+		if h.nextOffset() > offset {
+			count += int(h.recordCount)
+		}
+		end += h.size()
+	}
+	if count > 0 {
+		res.Records = make([]Record, 0, count)
+	}
+	var hdrs []Header
+	for p := 0; p < end; {
+		at := p
+		h, _ := parseBatch(buf[p:], false)
+		b := buf[p : p+h.size()]
+		p += h.size()
+		if h.nextOffset() <= offset {
+			continue
+		}
+		rest := b[h.recordsAt:]
+		for j := int32(0); j < h.recordCount; j++ {
+			var r rawRecord
+			m, err := parseRecord(rest, &r)
+			if err != nil {
+				return 0, &CorruptionError{File: s.path, Offset: pos + int64(at), Reason: fmt.Sprintf("record %d: %v", j, err)}
+			}
+			rest = rest[m:]
+			off := h.baseOffset + int64(r.offsetDelta)
+			if off < offset {
+				continue
+			}
+			rec := Record{Offset: off, Timestamp: msTime(h.baseTimestamp + r.timestampDelta), Key: r.key, Value: r.value}
+			if r.headerCount > 0 {
+				k := len(hdrs)
+				hdrs = r.decodeHeaders(hdrs)
+				rec.Headers = hdrs[k:len(hdrs):len(hdrs)]
+			}
+			res.Records = append(res.Records, rec)
+		}
+		res.NextOffset = h.nextOffset()
+	}
+	return end, nil
+}
+
+// offsetForTime returns the offset of the first committed record with a
+// timestamp >= ts, or hw if there is none.
+func (p *partition) offsetForTime(ts int64) (int64, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return 0, ErrClosed
+	}
+	segs, hw, hwPos := p.segs, p.hw, p.hwPos
+	p.filesMu.RLock()
+	p.mu.Unlock()
+	defer p.filesMu.RUnlock()
+	for i, s := range segs {
+		if s.maxTS < ts {
+			continue
+		}
+		limit := readLimit(segs, i, hwPos)
+		from := floorTime(s.timeIdx, s.base, ts)
+		pos := floorOffset(s.offIdx, s.base, from)
+		r := newSegReader(s.f, limit, 1<<20)
+		for pos < limit {
+			b, err := r.batchAt(pos)
+			if err != nil {
+				return 0, fmt.Errorf("read %s at %d: %w", s.path, pos, err)
+			}
+			h, err := parseBatch(b, false)
+			if err != nil {
+				return 0, &CorruptionError{File: s.path, Offset: pos, Reason: err.Error()}
+			}
+			pos += int64(h.size())
+			if h.nextOffset() > hw {
+				return hw, nil
+			}
+			if h.maxTimestamp < ts {
+				continue
+			}
+			rest := b[h.recordsAt:]
+			for j := int32(0); j < h.recordCount; j++ {
+				var rr rawRecord
+				m, err := parseRecord(rest, &rr)
+				if err != nil {
+					return 0, &CorruptionError{File: s.path, Offset: pos - int64(h.size()), Reason: err.Error()}
+				}
+				rest = rest[m:]
+				if h.baseTimestamp+rr.timestampDelta >= ts {
+					return h.baseOffset + int64(rr.offsetDelta), nil
+				}
+			}
+		}
+	}
+	return hw, nil
+}

@@ -1,0 +1,515 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-cdc/sluice/wal/vfs"
+)
+
+// partition is one partition's log: a list of segments, the last of which
+// (the active one) takes appends.
+//
+// Locking: mu guards all fields. filesMu is held for reading while a
+// segment's file is used without mu (reads, fsync) and for writing, only
+// while mu is held too, to close or replace files (retention, compaction,
+// close). So nobody waits for mu while holding filesMu.
+type partition struct {
+	l     *Log
+	fs    vfs.FS
+	topic string
+	id    int32
+	dir   string
+	cfg   TopicConfig
+
+	mu       sync.Mutex
+	segs     []*segment // copy on write; the last is active
+	next     int64      // offset after the last written batch
+	hw       int64      // committed end: readers see offsets below it
+	hwPos    int64      // byte position of hw in the active segment
+	hwCh     chan struct{}
+	syncing  bool
+	syncDone chan struct{}
+	failed   error
+	closed   bool
+	created  time.Time // when the active segment was opened or created
+
+	producers map[int64]*producerEntry
+	// cleanedTo is the offset below which this process has compacted.
+	cleanedTo int64
+
+	filesMu sync.RWMutex
+	bufs    sync.Pool // *batchBuilder
+}
+
+func (p *partition) active() *segment { return p.segs[len(p.segs)-1] }
+
+func (p *partition) name() string { return fmt.Sprintf("%s-%d", p.topic, p.id) }
+
+// openPartition opens (creating if empty) the partition in dir and recovers
+// it: completes or rolls back compaction swaps, loads or rebuilds indexes,
+// truncates a torn tail and rebuilds the producer state.
+func openPartition(l *Log, topic string, id int32, dir string, cfg TopicConfig) (*partition, error) {
+	p := &partition{
+		l: l, fs: l.fs, topic: topic, id: id, dir: dir, cfg: cfg,
+		hwCh: make(chan struct{}), producers: map[int64]*producerEntry{},
+		created: l.now(),
+	}
+	p.bufs.New = func() any { return &batchBuilder{} }
+	if err := p.fs.MkdirAll(dir); err != nil {
+		return nil, err
+	}
+	names, err := p.fs.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var bases, snaps []int64
+	for _, n := range names {
+		full := filepath.Join(dir, n)
+		switch {
+		case strings.HasSuffix(n, ".cleaned"), strings.HasSuffix(n, ".tmp"):
+			// An unfinished compaction output or atomic write: roll back.
+			if err := p.fs.Remove(full); err != nil {
+				return nil, err
+			}
+		case strings.HasSuffix(n, ".log.swap"):
+			// A finished compaction output: complete the swap. Its old
+			// indexes were removed before the .swap was made.
+			if err := p.fs.Rename(full, strings.TrimSuffix(full, ".swap")); err != nil {
+				return nil, err
+			}
+			if base, ok := parseSegmentName(strings.TrimSuffix(n, ".swap")); ok {
+				bases = append(bases, base)
+			}
+		default:
+			if base, ok := parseSegmentName(n); ok {
+				bases = append(bases, base)
+			} else if off, ok := parseSnapshotName(n); ok {
+				snaps = append(snaps, off)
+			}
+		}
+	}
+	if err := p.fs.SyncDir(dir); err != nil {
+		return nil, err
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	bases = dedupe(bases)
+	if len(bases) == 0 {
+		seg, err := p.createSegment(0)
+		if err != nil {
+			return nil, err
+		}
+		p.segs = []*segment{seg}
+		return p, nil
+	}
+	for i, base := range bases {
+		last := i == len(bases)-1
+		seg, err := p.openSegment(base, last)
+		if err != nil {
+			p.closeFiles()
+			return nil, err
+		}
+		p.segs = append(p.segs, seg)
+		if !last {
+			seg.next = bases[i+1]
+		}
+	}
+	act := p.active()
+	p.next = act.next
+	p.hw, p.hwPos = p.next, act.size
+	if err := p.rebuildProducers(snaps); err != nil {
+		p.closeFiles()
+		return nil, err
+	}
+	return p, nil
+}
+
+func dedupe(s []int64) []int64 {
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// createSegment creates an empty, preallocated segment file and makes its
+// directory entry durable.
+func (p *partition) createSegment(base int64) (*segment, error) {
+	path := segmentPath(p.dir, base)
+	f, err := p.fs.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("create segment %s: %w", path, err)
+	}
+	if err := f.Preallocate(p.cfg.SegmentBytes); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("preallocate segment %s: %w", path, err)
+	}
+	if err := p.fs.SyncDir(p.dir); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("create segment %s: %w", path, err)
+	}
+	return newSegmentState(base, path, f), nil
+}
+
+// openSegment opens an existing segment. A sealed segment trusts its index
+// files if they match it, else is scanned, and any invalid batch in it is
+// corruption. The active segment is always scanned; an invalid batch with
+// no valid batch after it is a torn write and is truncated away.
+func (p *partition) openSegment(base int64, active bool) (*segment, error) {
+	path := segmentPath(p.dir, base)
+	var f vfs.File
+	var err error
+	if active {
+		f, err = p.fs.OpenRW(path)
+	} else {
+		f, err = p.fs.Open(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open segment %s: %w", path, err)
+	}
+	s := newSegmentState(base, path, f)
+	size, err := f.Size()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open segment %s: %w", path, err)
+	}
+	if !active {
+		s.size = size
+		if err := s.loadIndexes(p.fs); err == nil {
+			return s, nil
+		} else if !vfs.IsNotExist(err) && !errors.Is(err, errStaleIndex) {
+			f.Close()
+			return nil, fmt.Errorf("load indexes of %s: %w", path, err)
+		}
+		p.l.logger.Warn("rebuilding segment indexes", "topic", p.topic, "partition", p.id, "segment", path)
+	}
+	end, bad, err := scanSegment(s, size, p.cfg.IndexIntervalBytes, nil)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if bad != nil {
+		if !active {
+			f.Close()
+			return nil, &CorruptionError{File: path, Offset: end, Reason: bad.Error()}
+		}
+		if at, ok := validBatchAfter(f, end+1, size, s.next); ok {
+			f.Close()
+			return nil, &CorruptionError{File: path, Offset: end,
+				Reason: fmt.Sprintf("%v (a valid batch follows at byte %d, so this is not a torn write)", bad, at)}
+		}
+		p.l.logger.Warn("truncating torn tail", "topic", p.topic, "partition", p.id,
+			"segment", path, "position", end, "dropped_bytes", size-end, "reason", bad.Error())
+		if err := f.Truncate(end); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("truncate torn tail of %s: %w", path, err)
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("truncate torn tail of %s: %w", path, err)
+		}
+	}
+	if active {
+		if err := f.Preallocate(p.cfg.SegmentBytes); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("preallocate segment %s: %w", path, err)
+		}
+	} else if err := s.writeIndexes(p.fs, p.dir); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// rebuildProducers loads the newest usable producer snapshot and applies
+// the batches after it. Without one it reads every batch header.
+func (p *partition) rebuildProducers(snaps []int64) error {
+	from := p.segs[0].base
+	sort.Slice(snaps, func(i, j int) bool { return snaps[i] > snaps[j] })
+	for _, off := range snaps {
+		name := filepath.Join(p.dir, snapshotName(off))
+		if off > p.next || off < p.segs[0].base {
+			// From a suffix that no longer exists, or below the log start.
+			if off > p.next {
+				if err := p.fs.Remove(name); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		b, err := readFile(p.fs, name)
+		if err != nil {
+			return fmt.Errorf("read producer snapshot %s: %w", name, err)
+		}
+		soff, prods, err := decodeSnapshot(b)
+		if err != nil || soff != off {
+			p.l.logger.Warn("ignoring damaged producer snapshot", "topic", p.topic, "partition", p.id, "file", name)
+			continue
+		}
+		p.producers, from = prods, off
+		break
+	}
+	return p.scanHeaders(from, func(h *batchHeader) {
+		if h.producerID > 0 {
+			e := p.producers[h.producerID]
+			if e == nil {
+				e = &producerEntry{}
+				p.producers[h.producerID] = e
+			}
+			e.observe(h)
+		}
+	})
+}
+
+// scanHeaders calls fn for each batch with base offset >= from, reading
+// only headers. Caller holds mu or has the partition to itself.
+func (p *partition) scanHeaders(from int64, fn func(h *batchHeader)) error {
+	for i, s := range p.segs {
+		if i+1 < len(p.segs) && p.segs[i+1].base <= from {
+			continue
+		}
+		pos := floorOffset(s.offIdx, s.base, from)
+		r := newSegReader(s.f, s.size, 64<<10)
+		for pos < s.size {
+			hdr, err := r.at(pos, batchFixedHeader)
+			if err != nil {
+				return fmt.Errorf("read %s at %d: %w", s.path, pos, err)
+			}
+			sz, ok := peekBatchSize(hdr)
+			if !ok || len(hdr) < batchFixedHeader {
+				return &CorruptionError{File: s.path, Offset: pos, Reason: "bad batch length"}
+			}
+			b, err := r.at(pos, sz)
+			if err != nil {
+				return fmt.Errorf("read %s at %d: %w", s.path, pos, err)
+			}
+			h, err := parseBatch(b, false)
+			if err != nil {
+				return &CorruptionError{File: s.path, Offset: pos, Reason: err.Error()}
+			}
+			if h.baseOffset >= from {
+				fn(&h)
+			}
+			pos += int64(sz)
+		}
+	}
+	return nil
+}
+
+func (p *partition) closeFiles() {
+	for _, s := range p.segs {
+		if s.f != nil {
+			s.f.Close()
+		}
+	}
+}
+
+// fail stops the partition for writes after an I/O error whose effect on
+// disk is unknown. Caller holds mu.
+func (p *partition) fail(err error) error {
+	if p.failed == nil {
+		p.failed = fmt.Errorf("%w: %s: %w", ErrPartitionFailed, p.name(), err)
+		p.l.logger.Error("partition failed; reopen the log to recover it", "topic", p.topic, "partition", p.id, "err", err)
+	}
+	return p.failed
+}
+
+// roll seals the active segment (fsync, indexes) and starts a new one at
+// p.next. Everything written so far is durable afterwards. Caller holds mu.
+func (p *partition) roll() error {
+	act := p.active()
+	if err := act.f.Sync(); err != nil {
+		return p.fail(fmt.Errorf("sync segment %s: %w", act.path, err))
+	}
+	if err := act.writeIndexes(p.fs, p.dir); err != nil {
+		return p.fail(err)
+	}
+	if err := writeSnapshot(p.fs, p.dir, p.next, p.producers); err != nil {
+		return p.fail(err)
+	}
+	seg, err := p.createSegment(p.next)
+	if err != nil {
+		return p.fail(err)
+	}
+	act.next = p.next
+	segs := make([]*segment, len(p.segs), len(p.segs)+1)
+	copy(segs, p.segs)
+	p.segs = append(segs, seg)
+	p.created = p.l.now()
+	p.advanceHW(p.next, 0)
+	return nil
+}
+
+// advanceHW moves the committed end forward and wakes long-polls. Caller
+// holds mu.
+func (p *partition) advanceHW(hw, pos int64) {
+	if hw <= p.hw {
+		return
+	}
+	p.hw, p.hwPos = hw, pos
+	close(p.hwCh)
+	p.hwCh = make(chan struct{})
+}
+
+// appendBatch writes one batch and waits until it is committed (durable
+// per the fsync policy).
+func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendOptions) (AppendResult, error) {
+	if len(recs) == 0 {
+		return AppendResult{}, fmt.Errorf("append to %s: %w: empty batch", p.name(), ErrInvalidRecord)
+	}
+	if p.cfg.Compact {
+		for i := range recs {
+			if recs[i].Key == nil {
+				return AppendResult{}, fmt.Errorf("append to %s: %w: record %d has a null key on a compacted topic", p.name(), ErrInvalidRecord, i)
+			}
+		}
+	}
+	nowT := p.l.now()
+	now := nowT.UnixMilli()
+	bb := p.bufs.Get().(*batchBuilder)
+	defer func() {
+		if cap(bb.buf) <= 4<<20 {
+			p.bufs.Put(bb)
+		}
+	}()
+	bb.encodeRecords(recs, opts.SourcePosition, opts.SourcePosition != nil, now)
+	if len(bb.buf) > int(p.cfg.MaxMessageBytes) {
+		return AppendResult{}, fmt.Errorf("append to %s: %w: %d bytes > %d", p.name(), ErrRecordTooLarge, len(bb.buf), p.cfg.MaxMessageBytes)
+	}
+	h := batchHeader{
+		lastOffsetDelta: int32(len(recs) - 1),
+		baseTimestamp:   bb.baseTS,
+		maxTimestamp:    bb.maxTS,
+		producerID:      -1,
+		producerEpoch:   -1,
+		baseSequence:    -1,
+		deleteHorizon:   -1,
+		recordCount:     int32(len(recs)),
+	}
+	if opts.ProducerID > 0 {
+		h.producerID, h.producerEpoch, h.baseSequence = opts.ProducerID, opts.ProducerEpoch, opts.BaseSequence
+	}
+
+	p.mu.Lock()
+	if err := p.writable(); err != nil {
+		p.mu.Unlock()
+		return AppendResult{}, err
+	}
+	var entry *producerEntry
+	if h.producerID > 0 {
+		if cur, ok := p.l.producerEpoch(h.producerID); ok && h.producerEpoch < cur {
+			p.mu.Unlock()
+			return AppendResult{}, fmt.Errorf("append to %s: %w: epoch %d, current %d", p.name(), ErrProducerFenced, h.producerEpoch, cur)
+		}
+		entry = p.producers[h.producerID]
+		if entry != nil {
+			dup, err := entry.check(h.producerEpoch, h.baseSequence, len(recs))
+			if err != nil {
+				p.mu.Unlock()
+				return AppendResult{}, fmt.Errorf("append to %s: %w", p.name(), err)
+			}
+			if dup != nil {
+				res := AppendResult{BaseOffset: dup.firstOffset, LastOffset: dup.lastOffset, Duplicate: true, LogAppendTime: msTime(dup.timestamp)}
+				return res, p.waitCommitted(ctx, dup.lastOffset+1) // unlocks
+			}
+		}
+	}
+	act := p.active()
+	if act.size > 0 && (act.size+int64(len(bb.buf)) > p.cfg.SegmentBytes ||
+		nowT.Sub(p.created) >= p.cfg.SegmentAge ||
+		p.next+int64(len(recs))-act.base > 1<<31) {
+		if err := p.roll(); err != nil {
+			p.mu.Unlock()
+			return AppendResult{}, err
+		}
+		act = p.active()
+	}
+	h.baseOffset = p.next
+	b := bb.finish(&h)
+	pos := act.size
+	if _, err := act.f.WriteAt(b, pos); err != nil {
+		err = p.fail(fmt.Errorf("write segment %s at %d: %w", act.path, pos, err))
+		p.mu.Unlock()
+		return AppendResult{}, err
+	}
+	h.length = int32(len(b) - lengthPrefix)
+	h.sourcePos = opts.SourcePosition
+	act.noteBatch(&h, pos, p.cfg.IndexIntervalBytes)
+	p.next = h.nextOffset()
+	if h.producerID > 0 {
+		if entry == nil {
+			entry = &producerEntry{}
+			p.producers[h.producerID] = entry
+		}
+		entry.observe(&h)
+	}
+	res := AppendResult{BaseOffset: h.baseOffset, LastOffset: h.lastOffset(), LogAppendTime: nowT}
+	if p.l.opts.Fsync == UnsafeFsyncNever {
+		p.advanceHW(p.next, act.size)
+		p.mu.Unlock()
+		return res, nil
+	}
+	return res, p.waitCommitted(ctx, p.next) // unlocks
+}
+
+func (p *partition) writable() error {
+	if p.closed {
+		return ErrClosed
+	}
+	return p.failed
+}
+
+// waitCommitted waits until hw >= target, taking part in group commit: the
+// first waiter to find no fsync in flight runs one for everyone, covering
+// all that was written when it started. Called with mu held; returns with
+// it released.
+func (p *partition) waitCommitted(ctx context.Context, target int64) error {
+	for {
+		if p.hw >= target {
+			p.mu.Unlock()
+			return nil
+		}
+		if err := p.writable(); err != nil {
+			p.mu.Unlock()
+			return err
+		}
+		if p.syncing {
+			done := p.syncDone
+			p.mu.Unlock()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				return fmt.Errorf("wait for fsync of %s: %w", p.name(), ctx.Err())
+			}
+			p.mu.Lock()
+			continue
+		}
+		act, end, pos := p.active(), p.next, p.active().size
+		p.syncing = true
+		p.syncDone = make(chan struct{})
+		p.filesMu.RLock()
+		p.mu.Unlock()
+		err := act.f.Sync()
+		p.filesMu.RUnlock()
+		p.mu.Lock()
+		p.syncing = false
+		close(p.syncDone)
+		p.syncDone = nil
+		if err != nil {
+			err = p.fail(fmt.Errorf("sync segment %s: %w", act.path, err))
+			p.mu.Unlock()
+			return err
+		}
+		if act == p.active() {
+			p.advanceHW(end, pos)
+		}
+	}
+}

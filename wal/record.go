@@ -1,0 +1,106 @@
+package wal
+
+import "time"
+
+// Record is one key/value entry of a partition.
+type Record struct {
+	// Offset is assigned by Append and ignored on input.
+	Offset int64
+	// Timestamp is the record's time, stored with millisecond precision.
+	// The zero value means "now" on Append.
+	Timestamp time.Time
+	// Key is the record's key; nil is a null key.
+	Key []byte
+	// Value is the record's value; nil is a tombstone (a delete for
+	// compaction), distinct from an empty value.
+	Value []byte
+	// Headers are application metadata, kept in order.
+	Headers []Header
+}
+
+// Header is a record header. A nil Value is a null header value.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// TopicPartition names one partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// AppendOptions carry what an append says about its producer.
+type AppendOptions struct {
+	// ProducerID, ProducerEpoch and BaseSequence make the append idempotent
+	// (see InitProducer). ProducerID <= 0 means no producer: the append is
+	// neither deduplicated nor fenced, and BaseSequence is ignored.
+	ProducerID    int64
+	ProducerEpoch int16
+	// BaseSequence is the sequence number of the first record; each record
+	// takes one. A producer's first batch in a partition (per epoch) has
+	// sequence 0.
+	BaseSequence int32
+	// SourcePosition is opaque bytes stored in the same batch as the
+	// records, read back by ProducerState. nil stores no position.
+	SourcePosition []byte
+}
+
+// AppendResult says where an append landed.
+type AppendResult struct {
+	BaseOffset int64
+	LastOffset int64
+	// Duplicate is true when the batch was a retry of one already in the
+	// log; the offsets are the original ones and nothing was written.
+	Duplicate bool
+	// LogAppendTime is when the log wrote the batch.
+	LogAppendTime time.Time
+}
+
+// FetchOptions bound a Fetch.
+type FetchOptions struct {
+	// MaxBytes bounds the size of the returned batches; the first batch is
+	// returned whole even if larger, so that a reader always progresses.
+	// Zero means 1 MiB.
+	MaxBytes int
+	// MaxWait is how long a Fetch at the high watermark waits for new
+	// records. Zero returns at once.
+	MaxWait time.Duration
+}
+
+// FetchResult is what Fetch returns. Record keys, values and header values
+// alias a buffer owned by the result: copy them to keep them past the next
+// use of the result.
+type FetchResult struct {
+	Records []Record
+	// NextOffset is where the next Fetch should start: after the last
+	// returned record, or past batches that compaction emptied.
+	NextOffset     int64
+	HighWatermark  int64
+	LogStartOffset int64
+}
+
+// ProducerState is what a partition knows of one producer.
+type ProducerState struct {
+	Epoch          int16
+	LastSequence   int32
+	LastOffset     int64
+	LastTimestamp  time.Time
+	SourcePosition []byte // of the producer's last batch; nil if it had none
+}
+
+// PartitionInfo describes one partition.
+type PartitionInfo struct {
+	Partition      int32
+	LogStartOffset int64
+	HighWatermark  int64
+	SizeBytes      int64
+	Segments       int
+}
+
+// TopicInfo describes one topic.
+type TopicInfo struct {
+	Name       string
+	Config     TopicConfig
+	Partitions []PartitionInfo
+}
