@@ -112,7 +112,7 @@ func ConfigKeys() connect.ConfigDef {
 //	predicates.<alias>.<option>=...
 //
 // Other keys are ignored (they belong to the connector). It reports every problem at once,
-// each with its full key, sorted by key; the chain is nil when there is any.
+// each with its full key, sorted by key and message; the chain is nil when there is any.
 func BuildChain(reg *connect.Registry, cfg map[string]string) (*Chain, []connect.FieldError) {
 	var errs []connect.FieldError
 	add := func(key, format string, args ...any) {
@@ -210,7 +210,12 @@ func BuildChain(reg *connect.Registry, cfg map[string]string) (*Chain, []connect
 		chain.steps = append(chain.steps, st)
 	}
 	if len(errs) > 0 {
-		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Key < errs[j].Key })
+		sort.SliceStable(errs, func(i, j int) bool {
+			if errs[i].Key != errs[j].Key {
+				return errs[i].Key < errs[j].Key
+			}
+			return errs[i].Message < errs[j].Message
+		})
 		return nil, errs
 	}
 	return chain, nil
