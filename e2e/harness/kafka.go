@@ -150,6 +150,10 @@ func (k *Kafka) writeProps(path string, opts KafkaOptions) error {
 		"share.coordinator.state.topic.replication.factor=1",
 		"share.coordinator.state.topic.min.isr=1",
 		"group.initial.rebalance.delay.ms=0",
+		// a broker killed and started again cannot register until its old session expires
+		// (default 9 s): keep that short, heartbeats well inside it
+		"broker.session.timeout.ms=3000",
+		"broker.heartbeat.interval.ms=500",
 	}
 	lines = append(lines, opts.Settings...)
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
@@ -205,4 +209,6 @@ logger.state.name = state.change.logger
 logger.state.level = warn
 logger.clients.name = org.apache.kafka.clients
 logger.clients.level = warn
+logger.config.name = org.apache.kafka.common.config.AbstractConfig
+logger.config.level = warn
 `

@@ -73,9 +73,9 @@ func TestCloseLeavesNothing(t *testing.T) {
 		if err := pg.Exec(testCtx(t), "SELECT 1"); err != nil {
 			t.Fatal(err)
 		}
-		pids = groupMembers(pgid)
-		if len(pids) < 3 {
-			t.Fatalf("postgres group %d has %d processes, want the postmaster and its helpers", pgid, len(pids))
+		pids = append(descendants(pgid), pgid)
+		if len(pids) < 4 {
+			t.Fatalf("postgres %d has %d processes, want the postmaster and its children", pgid, len(pids))
 		}
 	})
 	for _, pid := range pids {
@@ -86,21 +86,6 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("dir %s after Close: %v, want it removed", dir, err)
 	}
-}
-
-func groupMembers(pgid int) []int {
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if g, err := syscall.Getpgid(pid); err == nil && g == pgid {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // A port taken between the pick and the server's bind makes the harness pick another one.

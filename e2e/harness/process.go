@@ -295,17 +295,91 @@ func (p *proc) stop(grace time.Duration) {
 	p.kill()
 }
 
-// kill sends SIGKILL to the group and waits for the leader to be reaped.
+// kill sends SIGKILL to the group and to every descendant of the leader (PostgreSQL's children
+// leave the group with setsid), waits for the leader to be reaped and for the others to be gone,
+// so that a restart on the same ports and files does not race with them.
 func (p *proc) kill() {
+	pgid := p.cmd.Process.Pid
+	var desc []int
+	if !p.exited() {
+		desc = descendants(pgid)
+	}
 	p.signalGroup(syscall.SIGKILL)
+	for _, pid := range desc {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	<-p.done
-	// members of the group that were not the leader: wait until they are gone, so that a
-	// restart on the same ports and files does not race with them
 	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && groupAlive(p.cmd.Process.Pid) {
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	for time.Now().Before(deadline) && (groupAlive(pgid) || anyAlive(desc)) {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// descendants lists the children, grandchildren, ... of pid.
+func descendants(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp := parentPID(c); pp > 0 {
+			children[pp] = append(children[pp], c)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		q := queue[0]
+		queue = queue[1:]
+		for _, c := range children[q] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// parentPID is field 4 of /proc/<pid>/stat, 0 when unknown.
+func parentPID(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	pp, _ := strconv.Atoi(f[1])
+	return pp
+}
+
+// alive tells whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || !bytes.HasPrefix(b[i+1:], []byte(" Z"))
+}
+
+func anyAlive(pids []int) bool {
+	for _, pid := range pids {
+		if alive(pid) {
+			return true
+		}
+	}
+	return false
 }
 
 func groupAlive(pgid int) bool {
@@ -350,7 +424,15 @@ func waitReady(ctx context.Context, p *proc, every time.Duration, ready func(con
 		if p.exited() {
 			return fmt.Errorf("exited before answering (%v)", p.err)
 		}
+		// a check that hangs (a port someone else listens on) ends when the process exits
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		go func() {
+			select {
+			case <-p.done:
+				cancel()
+			case <-actx.Done():
+			}
+		}()
 		last = ready(actx)
 		cancel()
 		if last == nil {

@@ -86,9 +86,8 @@ func (r *Redis) ping(ctx context.Context) error {
 		return err
 	}
 	defer c.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	defer stop()
 	if _, err := c.Write([]byte("PING\r\n")); err != nil {
 		return err
 	}
