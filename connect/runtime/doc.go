@@ -1,0 +1,26 @@
+// Package runtime runs connectors: each connector is one supervised task that moves records
+// between its plugin and the log.
+//
+// A source task reads batches, applies the connector's transforms, appends each batch's
+// records to their topic partitions (created on first use) and only then commits the batch's
+// position and acknowledges it to the source. Every append carries the encoded Position of
+// its last record, so after a crash the task drops the records the source replays that the
+// log already holds: each record reaches the log exactly once (see source.go).
+//
+// A sink task consumes its topics as the consumer group "connect-<name>", applies the
+// transforms, writes to the sink and commits the group's offsets only after the write
+// returned: at least once, in order per partition (see sink.go).
+//
+// Records that cannot be decoded, or that a transform or the sink rejects, fail the task under
+// errors.tolerance=none and go to the dead-letter topic (with __connect.errors.* headers) under
+// errors.tolerance=all. Retriable task errors restart the task with exponential backoff;
+// permanent ones leave it FAILED with a trace that names the fix.
+//
+// The runtime reaches the log through the small Log interface; runtimetest.Log implements it
+// in memory. Connector configurations are validated by Check against one definition: the
+// runtime-level keys of DefFor merged with the plugin's own.
+//
+//	rt, err := runtime.New(runtime.Options{Log: log, Registry: reg, Logger: logger})
+//	err = rt.Add(runtime.ConnectorSpec{Name: "gen", Class: "datagen", Config: cfg})
+//	err = rt.Run(ctx) // until ctx is cancelled, then a graceful stop
+package runtime

@@ -1,0 +1,86 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// producer appends for one task instance as an idempotent producer: one producer id per
+// connector, a new epoch per task start (fencing a zombie instance), sequences per partition.
+// Appends to one partition are serialized; appends to different partitions may run
+// concurrently.
+type producer struct {
+	log Log
+	id  Producer
+
+	mu    sync.Mutex
+	parts map[TopicPartition]*partSeq
+}
+
+type partSeq struct {
+	mu     sync.Mutex
+	next   int32
+	broken bool // an append failed: what the log holds is unknown until a new epoch
+}
+
+// producerName is the producer name of a connector's tasks.
+func producerName(connector string) string { return "connect-" + connector }
+
+func newProducer(ctx context.Context, log Log, connector string) (*producer, error) {
+	id, err := log.InitProducer(ctx, producerName(connector))
+	if err != nil {
+		return nil, fmt.Errorf("init producer %s: %w", producerName(connector), err)
+	}
+	return &producer{log: log, id: id, parts: map[TopicPartition]*partSeq{}}, nil
+}
+
+// append stores recs in one atomic append carrying sourcePos. After a failed append the
+// partition refuses further appends: the task must restart with a new epoch.
+func (p *producer) append(ctx context.Context, tp TopicPartition, recs []LogRecord, sourcePos []byte) (AppendResult, error) {
+	p.mu.Lock()
+	ps := p.parts[tp]
+	if ps == nil {
+		ps = &partSeq{}
+		p.parts[tp] = ps
+	}
+	p.mu.Unlock()
+
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.broken {
+		return AppendResult{}, fmt.Errorf("append to %s-%d: an earlier append failed; the task must restart", tp.Topic, tp.Partition)
+	}
+	res, err := p.log.Append(ctx, tp.Topic, tp.Partition, recs, AppendOptions{
+		ProducerID: p.id.ID, ProducerEpoch: p.id.Epoch, BaseSequence: ps.next, SourcePosition: sourcePos,
+	})
+	if err != nil {
+		ps.broken = true
+		if errors.Is(err, ErrProducerFence) {
+			return res, connect.Permanentf("append to %s-%d: another instance of this connector took over (producer epoch %d fenced): %w", tp.Topic, tp.Partition, p.id.Epoch, err)
+		}
+		return res, fmt.Errorf("append to %s-%d: %w", tp.Topic, tp.Partition, err)
+	}
+	ps.next += int32(len(recs))
+	return res, nil
+}
+
+// lastPosition returns the source position stored with this producer's last batch in tp
+// (the zero Position when it never wrote there).
+func (p *producer) lastPosition(tp TopicPartition) (connect.Position, error) {
+	st, ok, err := p.log.ProducerState(tp.Topic, tp.Partition, p.id.ID)
+	if err != nil {
+		return connect.Position{}, fmt.Errorf("producer state of %s-%d: %w", tp.Topic, tp.Partition, err)
+	}
+	var pos connect.Position
+	if !ok || len(st.SourcePosition) == 0 {
+		return pos, nil
+	}
+	if err := pos.UnmarshalBinary(st.SourcePosition); err != nil {
+		return pos, connect.Permanentf("source position stored in %s-%d: %w", tp.Topic, tp.Partition, err)
+	}
+	return pos, nil
+}

@@ -1,0 +1,340 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// The sink task: a consumer group per connector ("connect-<name>", as in Kafka Connect).
+//
+//	fetchers:  one per assigned partition, long-polling the log from the committed offset and
+//	           handing chunks to the writer through a bounded channel
+//	refresher: assigns the partitions of topics (or topics.regex matches) as they appear
+//	writer:    up to consumer.override.max.poll.records records → decode → transforms →
+//	           Write → rejected records to the dead-letter topic → commit offsets
+//
+// Offsets are committed only after Write returned, so delivery is at least once, in order per
+// partition, and a crash replays at most the one batch whose commit was lost.
+
+// SinkGroup returns the consumer group of a sink connector.
+func SinkGroup(connector string) string { return "connect-" + connector }
+
+type chunk struct {
+	tp   TopicPartition
+	recs []LogRecord
+}
+
+type sinkTask struct {
+	c      *connector
+	log    Log
+	sink   connect.Sink
+	policy *errorPolicy
+	group  string
+	max    int
+
+	// writer state, reused across batches
+	out     []connect.Record
+	origin  []*LogRecord
+	originT []TopicPartition
+	commit  map[TopicPartition]int64
+	dlq     []LogRecord
+}
+
+func (c *connector) runSink(ctx, force context.Context) error {
+	log := c.rt.opts.Log
+	sink, err := c.Plugin.NewSink(c.Config, connect.Env{Connector: c.Name, Task: 0, Logger: c.logger})
+	if err != nil {
+		return fmt.Errorf("build sink %s: %w", c.Plugin.Name, err)
+	}
+	defer func() {
+		if cerr := sink.Close(context.WithoutCancel(force)); cerr != nil {
+			c.logger.Warn("close sink", "err", cerr)
+		}
+	}()
+	if err := sink.Open(ctx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("open sink: %w", err)
+	}
+	t := &sinkTask{
+		c: c, log: log, sink: sink, group: SinkGroup(c.Name),
+		policy: newErrorPolicy(c.Name, c.Config, c.logger, &c.rejected),
+		max:    int(c.Config.Int(KeyMaxPollRecords)),
+		commit: map[TopicPartition]int64{},
+	}
+	return t.run(ctx, force)
+}
+
+func (t *sinkTask) run(ctx, force context.Context) error {
+	committed, err := t.log.FetchOffsets(force, t.group)
+	if err != nil {
+		return fmt.Errorf("fetch offsets of group %s: %w", t.group, err)
+	}
+	g, gctx := errgroup.WithContext(force)
+	fetchCtx, cancelFetch := context.WithCancel(gctx)
+	defer cancelFetch()
+	stopFetch := context.AfterFunc(ctx, cancelFetch)
+	defer stopFetch()
+
+	chunks := make(chan chunk, 4)
+	g.Go(func() error { return t.assign(fetchCtx, g, committed, chunks) })
+	g.Go(func() error {
+		err := t.write(fetchCtx, gctx, chunks)
+		cancelFetch()
+		return err
+	})
+	return g.Wait()
+}
+
+// matcher returns which topics the connector consumes.
+func (t *sinkTask) matcher() func(string) bool {
+	if re := t.c.Config.String(KeyTopicsRegex); re != "" {
+		rx := regexp.MustCompile("^(?:" + re + ")$")
+		internalOK := strings.HasPrefix(re, "__")
+		return func(name string) bool {
+			return (internalOK || !strings.HasPrefix(name, "__")) && rx.MatchString(name)
+		}
+	}
+	want := map[string]bool{}
+	for _, name := range t.c.Config.List(KeyTopics) {
+		want[name] = true
+	}
+	return func(name string) bool { return want[name] }
+}
+
+// assign starts a fetcher for every partition of every matching topic, now and whenever a
+// topic appears.
+func (t *sinkTask) assign(ctx context.Context, g *errgroup.Group, committed map[TopicPartition]int64, out chan<- chunk) error {
+	match := t.matcher()
+	assigned := map[string]bool{}
+	ticker := time.NewTicker(t.c.rt.opts.TopicRefresh)
+	defer ticker.Stop()
+	for {
+		changed := t.c.rt.topics.changes()
+		for _, name := range t.log.Topics() {
+			if assigned[name] || !match(name) {
+				continue
+			}
+			n, err := t.log.Partitions(name)
+			if errors.Is(err, ErrUnknownTopic) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("assign topic %s: %w", name, err)
+			}
+			assigned[name] = true
+			for p := range n {
+				tp := TopicPartition{Topic: name, Partition: p}
+				off, ok := committed[tp]
+				if !ok {
+					start, _, err := t.log.Bounds(name, p)
+					if err != nil {
+						return fmt.Errorf("assign %s-%d: %w", name, p, err)
+					}
+					off = start
+				}
+				t.c.logger.Debug("partition assigned", "topic", name, "partition", p, "offset", off)
+				g.Go(func() error { return t.fetch(ctx, tp, off, out) })
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		case <-changed:
+		}
+	}
+}
+
+// fetch long-polls one partition and hands its records to the writer in order.
+func (t *sinkTask) fetch(ctx context.Context, tp TopicPartition, next int64, out chan<- chunk) error {
+	opts := FetchOptions{MaxBytes: t.c.rt.opts.FetchBytes, MaxWait: t.c.rt.opts.FetchWait}
+	for {
+		res, err := t.log.Fetch(ctx, tp.Topic, tp.Partition, next, opts)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrOffsetTooOld) {
+				start, _, berr := t.log.Bounds(tp.Topic, tp.Partition)
+				if berr != nil {
+					return fmt.Errorf("fetch %s-%d: %w", tp.Topic, tp.Partition, berr)
+				}
+				t.c.logger.Warn("committed offset is below the log start; continuing at the log start (records in between were removed by retention)",
+					"topic", tp.Topic, "partition", tp.Partition, "offset", next, "log_start", start)
+				next = start
+				continue
+			}
+			return fmt.Errorf("fetch %s-%d at %d: %w", tp.Topic, tp.Partition, next, err)
+		}
+		if len(res.Records) > 0 {
+			select {
+			case out <- chunk{tp: tp, recs: res.Records}:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if res.NextOffset > next {
+			next = res.NextOffset
+		}
+	}
+}
+
+// write is the writer loop. It returns nil when fetchCtx is cancelled between batches.
+func (t *sinkTask) write(fetchCtx, ctx context.Context, in <-chan chunk) error {
+	var pending []chunk
+	for {
+		if err := t.c.gate.wait(fetchCtx); err != nil {
+			return nil
+		}
+		if len(pending) == 0 {
+			select {
+			case c := <-in:
+				pending = append(pending, c)
+			case <-fetchCtx.Done():
+				return nil
+			}
+		}
+	drain:
+		for n := countRecords(pending); n < t.max; n = countRecords(pending) {
+			select {
+			case c := <-in:
+				pending = append(pending, c)
+			default:
+				break drain
+			}
+		}
+		var err error
+		if pending, err = t.writeBatch(ctx, pending); err != nil {
+			return err
+		}
+	}
+}
+
+func countRecords(cs []chunk) int {
+	n := 0
+	for _, c := range cs {
+		n += len(c.recs)
+	}
+	return n
+}
+
+// writeBatch writes up to max records from the front of pending and returns what is left.
+func (t *sinkTask) writeBatch(ctx context.Context, pending []chunk) ([]chunk, error) {
+	t.out, t.origin, t.originT, t.dlq = t.out[:0], t.origin[:0], t.originT[:0], t.dlq[:0]
+	clear(t.commit)
+	taken := 0
+	for len(pending) > 0 && taken < t.max {
+		c := &pending[0]
+		k := min(len(c.recs), t.max-taken)
+		for i := range k {
+			lr := &c.recs[i]
+			taken++
+			t.commit[c.tp] = lr.Offset + 1
+			rec, err := DecodeRecord(c.tp.Topic, c.tp.Partition, lr)
+			if err != nil {
+				var de *DecodeError
+				stage := stageValueConverter
+				if errors.As(err, &de) {
+					stage = de.Stage
+				}
+				if err := t.reject(c.tp, lr, stage, "json", err); err != nil {
+					return pending, err
+				}
+				continue
+			}
+			if ch := t.c.Chain; ch != nil {
+				out, keep, err := ch.Apply(rec)
+				if err != nil {
+					if err := t.reject(c.tp, lr, stageTransformation, transformsClass(t.c.Config), err); err != nil {
+						return pending, err
+					}
+					continue
+				}
+				if !keep {
+					continue
+				}
+				rec = out
+			}
+			t.out = append(t.out, rec)
+			t.origin = append(t.origin, lr)
+			t.originT = append(t.originT, c.tp)
+		}
+		if k == len(c.recs) {
+			pending = pending[1:]
+		} else {
+			c.recs = c.recs[k:]
+		}
+	}
+	if len(t.out) > 0 {
+		err := t.sink.Write(ctx, t.out)
+		var we *connect.WriteError
+		switch {
+		case err == nil:
+		case errors.As(err, &we):
+			for _, f := range we.Failed {
+				if f.Index < 0 || f.Index >= len(t.origin) {
+					return pending, connect.Permanentf("sink %s reported a rejected record index %d outside the batch of %d", t.c.Plugin.Name, f.Index, len(t.origin))
+				}
+				if err := t.reject(t.originT[f.Index], t.origin[f.Index], stageTaskPut, t.c.Plugin.Class(), f.Err); err != nil {
+					return pending, err
+				}
+			}
+		default:
+			if ctx.Err() != nil {
+				return pending, ctx.Err()
+			}
+			return pending, fmt.Errorf("write to sink %s: %w", t.c.Plugin.Name, err)
+		}
+	}
+	if len(t.dlq) > 0 {
+		if err := t.appendDLQ(ctx); err != nil {
+			return pending, err
+		}
+	}
+	if len(t.commit) > 0 {
+		if err := t.log.CommitOffsets(ctx, t.group, t.commit); err != nil {
+			return pending, fmt.Errorf("commit offsets of group %s: %w", t.group, err)
+		}
+	}
+	t.c.records.Add(int64(len(t.out)))
+	t.c.progress.Add(1)
+	// Drop references to written records so their values can be collected.
+	clear(t.out)
+	clear(t.origin)
+	return pending, nil
+}
+
+func (t *sinkTask) reject(tp TopicPartition, lr *LogRecord, stage, class string, cause error) error {
+	rj := &rejection{
+		stage: stage, class: class, err: cause,
+		topic: tp.Topic, partition: tp.Partition, offset: lr.Offset,
+		key: lr.Key, value: lr.Value, headers: lr.Headers, timestamp: lr.Timestamp,
+	}
+	dl, ok, err := t.policy.handle(rj)
+	if err != nil || !ok {
+		return err
+	}
+	t.dlq = append(t.dlq, dl)
+	return nil
+}
+
+func (t *sinkTask) appendDLQ(ctx context.Context) error {
+	topic := t.policy.dlqTopic
+	if _, err := t.c.rt.topics.partitions(topic, TopicSpec{Partitions: 1}); err != nil {
+		return err
+	}
+	if _, err := t.log.Append(ctx, topic, 0, t.dlq, AppendOptions{}); err != nil {
+		return fmt.Errorf("append to dead-letter topic %s: %w", topic, err)
+	}
+	return nil
+}

@@ -1,0 +1,464 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// The source task (DESIGN.md §3.1: exactly once into the log).
+//
+//	reader:    Read → transforms → route (topic, partition) → drop replayed records → encode
+//	appender:  one Append per partition of the batch, concurrently; each carries the encoded
+//	           Position of its last record; batches strictly in order
+//	committer: append the end Position of the newest fully appended batch to
+//	           __sluice_source_offsets (key: connector), then Ack it
+//
+// The three run as goroutines linked by bounded channels, so at most three batches are in
+// memory. On start the task opens the source after the committed position. A record the
+// source replays is dropped when its Order is not above the Order stored with this
+// connector's last append to the record's partition (the log's producer state), so a crash
+// anywhere, even between the appends of one batch, leaves every record in the log once.
+
+// sourceBatch is one source batch routed into per-partition appends. Batches are recycled.
+type sourceBatch struct {
+	parts   []*partBatch
+	index   map[TopicPartition]*partBatch
+	pos     connect.Position
+	records int
+	arena   arena
+	headers []LogHeader
+	spare   []*partBatch
+}
+
+type partBatch struct {
+	tp   TopicPartition
+	recs []LogRecord
+	last connect.Position // of the last record with an Order
+	spos []byte
+}
+
+func (b *sourceBatch) reset() {
+	for _, p := range b.parts {
+		p.recs = p.recs[:0]
+		p.last = connect.Position{}
+		p.spos = nil
+		b.spare = append(b.spare, p)
+	}
+	b.parts = b.parts[:0]
+	clear(b.index)
+	b.pos = connect.Position{}
+	b.records = 0
+	b.arena.reset()
+	b.headers = b.headers[:0]
+}
+
+func (b *sourceBatch) part(tp TopicPartition) *partBatch {
+	if p := b.index[tp]; p != nil {
+		return p
+	}
+	var p *partBatch
+	if n := len(b.spare); n > 0 {
+		p = b.spare[n-1]
+		b.spare = b.spare[:n-1]
+	} else {
+		p = &partBatch{}
+	}
+	p.tp = tp
+	b.index[tp] = p
+	b.parts = append(b.parts, p)
+	return p
+}
+
+// sourceTask is one run of a source connector's task.
+type sourceTask struct {
+	c      *connector
+	log    Log
+	prod   *producer
+	src    connect.Source
+	policy *errorPolicy
+	spec   TopicSpec // of the topics this connector creates
+
+	// Reader-only state.
+	floor   map[TopicPartition][]byte // Order of the last record stored per partition
+	skipped int64                     // replayed records dropped since the start
+	resumed bool                      // a record above the floor was routed
+}
+
+func (c *connector) runSource(ctx, force context.Context) error {
+	log := c.rt.opts.Log
+	prod, err := newProducer(force, log, c.Name)
+	if err != nil {
+		return err
+	}
+	committed, err := committedPosition(force, log, c.Name, prod)
+	if err != nil {
+		return err
+	}
+	spec := TopicSpec{Partitions: int32(c.Config.Int(KeyTopicPartitions)), Config: c.Config.WithPrefix(KeyTopicCreationPrefix)}
+	delete(spec.Config, "partitions")
+	if len(spec.Config) == 0 {
+		spec.Config = nil
+	}
+	env := connect.Env{Connector: c.Name, Task: 0, Logger: c.logger, Store: &store{log: log, topics: c.rt.topics, prod: prod, topic: StoreTopicPrefix + c.Name}}
+	src, err := c.Plugin.NewSource(c.Config, env)
+	if err != nil {
+		return fmt.Errorf("build source %s: %w", c.Plugin.Name, err)
+	}
+	t := &sourceTask{
+		c: c, log: log, prod: prod, src: src, spec: spec,
+		policy: newErrorPolicy(c.Name, c.Config, c.logger, &c.rejected),
+		floor:  map[TopicPartition][]byte{},
+	}
+	defer func() {
+		if cerr := src.Close(context.WithoutCancel(force)); cerr != nil {
+			c.logger.Warn("close source", "err", cerr)
+		}
+	}()
+	c.logger.Info("source opening", "position", committed.String())
+	if err := src.Open(ctx, committed); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("open source: %w", err)
+	}
+	return t.run(ctx, force, committed)
+}
+
+func (t *sourceTask) run(ctx, force context.Context, committed connect.Position) error {
+	g, gctx := errgroup.WithContext(force)
+	readCtx, cancelRead := context.WithCancel(gctx)
+	defer cancelRead()
+	stopRead := context.AfterFunc(ctx, cancelRead)
+	defer stopRead()
+
+	const depth = 3
+	free := make(chan *sourceBatch, depth)
+	for range depth {
+		free <- &sourceBatch{index: map[TopicPartition]*partBatch{}}
+	}
+	toAppend := make(chan *sourceBatch, 1)
+	slot := newPositionSlot(committed)
+
+	g.Go(func() error {
+		defer close(toAppend)
+		return t.read(readCtx, gctx, free, toAppend)
+	})
+	g.Go(func() error {
+		defer slot.close()
+		return t.appendLoop(gctx, free, toAppend, slot)
+	})
+	g.Go(func() error { return t.commitLoop(gctx, slot) })
+	err := g.Wait()
+	if t.skipped > 0 && !t.resumed {
+		t.c.logger.Info("replayed records skipped", "skipped", t.skipped)
+	}
+	return err
+}
+
+// read is the reader: it returns nil when readCtx is cancelled by a graceful stop.
+func (t *sourceTask) read(readCtx, gctx context.Context, free <-chan *sourceBatch, out chan<- *sourceBatch) error {
+	for {
+		if err := t.c.gate.wait(readCtx); err != nil {
+			return nil
+		}
+		batch, err := t.src.Read(readCtx)
+		if err != nil {
+			if readCtx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read source: %w", err)
+		}
+		var b *sourceBatch
+		select {
+		case b = <-free:
+		case <-gctx.Done():
+			return nil
+		}
+		b.reset()
+		if err := t.route(batch, b); err != nil {
+			return err
+		}
+		select {
+		case out <- b:
+		case <-gctx.Done():
+			return nil
+		}
+	}
+}
+
+// route transforms the records of batch and sorts them into b's per-partition appends,
+// dropping replayed ones.
+func (t *sourceTask) route(batch connect.Batch, b *sourceBatch) error {
+	b.pos = batch.Position
+	for i := range batch.Records {
+		in := &batch.Records[i]
+		out, keep := *in, true
+		if ch := t.c.Chain; ch != nil {
+			var err error
+			out, keep, err = ch.Apply(*in)
+			if err != nil {
+				if err := t.reject(b, in, stageTransformation, transformsClass(t.c.Config), err); err != nil {
+					return err
+				}
+				continue
+			}
+			out.Position = in.Position
+		}
+		if !keep {
+			continue
+		}
+		if err := t.add(b, &out); err != nil {
+			return err
+		}
+	}
+	for _, p := range b.parts {
+		if len(p.last.Order) > 0 {
+			p.spos, _ = p.last.MarshalBinary()
+		}
+	}
+	return nil
+}
+
+// add encodes one record into its partition's append, unless the log already holds it.
+func (t *sourceTask) add(b *sourceBatch, r *connect.Record) error {
+	if r.Topic == "" {
+		return t.reject(b, r, stageProduce, t.c.Plugin.Class(), errors.New("record has no topic"))
+	}
+	n, err := t.c.rt.topics.partitions(r.Topic, t.spec)
+	if err != nil {
+		return err
+	}
+	key, err := b.arena.encodeKey(r.Key)
+	if err != nil {
+		return t.reject(b, r, stageKeyConverter, t.c.Plugin.Class(), err)
+	}
+	part := r.Partition
+	switch {
+	case part >= n:
+		return t.reject(b, r, stageProduce, t.c.Plugin.Class(), fmt.Errorf("partition %d does not exist: topic %s has %d", part, r.Topic, n))
+	case part >= 0:
+	case key == nil:
+		part = 0
+	default:
+		part = partitionFor(key, n)
+	}
+	tp := TopicPartition{Topic: r.Topic, Partition: part}
+	if drop, err := t.replayed(tp, r.Position.Order); err != nil || drop {
+		return err
+	}
+	value, err := b.arena.encodeValue(r.Value)
+	if err != nil {
+		return t.reject(b, r, stageValueConverter, t.c.Plugin.Class(), err)
+	}
+	var hs []LogHeader
+	b.headers, hs = b.arena.encodeHeaders(b.headers, r)
+	p := b.part(tp)
+	p.recs = append(p.recs, LogRecord{Timestamp: r.Timestamp, Key: key, Value: value, Headers: hs})
+	if len(r.Position.Order) > 0 {
+		p.last = r.Position
+	}
+	b.records++
+	return nil
+}
+
+// replayed reports whether a record with this Order bound for tp is already in the log, and
+// otherwise raises tp's floor to it.
+func (t *sourceTask) replayed(tp TopicPartition, order []byte) (bool, error) {
+	if len(order) == 0 {
+		return false, nil
+	}
+	floor, ok := t.floor[tp]
+	if !ok {
+		pos, err := t.prod.lastPosition(tp)
+		if err != nil {
+			return false, err
+		}
+		floor = pos.Order
+	}
+	if floor != nil && bytes.Compare(order, floor) <= 0 {
+		t.floor[tp] = floor
+		t.skipped++
+		t.c.replayed.Add(1)
+		return true, nil
+	}
+	t.floor[tp] = order
+	if t.skipped > 0 && !t.resumed {
+		t.c.logger.Info("replayed records skipped", "skipped", t.skipped)
+	}
+	t.resumed = true
+	return false, nil
+}
+
+// reject applies errors.tolerance to a record; under "all" with a dead-letter topic the
+// record goes there like any other record (so it, too, is appended exactly once).
+func (t *sourceTask) reject(b *sourceBatch, r *connect.Record, stage, class string, cause error) error {
+	rj := &rejection{stage: stage, class: class, err: cause, topic: r.Topic, partition: r.Partition, offset: -1, timestamp: r.Timestamp}
+	rj.key, _ = connect.AppendJSON(nil, r.Key)
+	if r.Key == nil {
+		rj.key = nil
+	}
+	if r.Value != nil {
+		rj.value, _ = connect.AppendJSON(nil, r.Value)
+	}
+	for _, h := range r.Headers {
+		rj.headers = append(rj.headers, LogHeader{Key: h.Key, Value: h.Value})
+	}
+	dl, ok, err := t.policy.handle(rj)
+	if err != nil || !ok {
+		return err
+	}
+	if _, err := t.c.rt.topics.partitions(t.policy.dlqTopic, TopicSpec{Partitions: 1}); err != nil {
+		return err
+	}
+	tp := TopicPartition{Topic: t.policy.dlqTopic, Partition: 0}
+	if drop, err := t.replayed(tp, r.Position.Order); err != nil || drop {
+		return err
+	}
+	p := b.part(tp)
+	p.recs = append(p.recs, dl)
+	if len(r.Position.Order) > 0 {
+		p.last = r.Position
+	}
+	b.records++
+	return nil
+}
+
+// appendLoop appends each batch's partitions concurrently, batches in order, then hands the
+// batch's end position to the committer.
+func (t *sourceTask) appendLoop(ctx context.Context, free chan<- *sourceBatch, in <-chan *sourceBatch, slot *positionSlot) error {
+	var wg sync.WaitGroup
+	errs := make([]error, 0, 8)
+	for b := range in {
+		switch len(b.parts) {
+		case 0:
+		case 1:
+			p := b.parts[0]
+			if _, err := t.prod.append(ctx, p.tp, p.recs, p.spos); err != nil {
+				return err
+			}
+		default:
+			errs = errs[:0]
+			var mu sync.Mutex
+			for _, p := range b.parts {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if _, err := t.prod.append(ctx, p.tp, p.recs, p.spos); err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if len(errs) > 0 {
+				return errors.Join(errs...)
+			}
+		}
+		t.c.records.Add(int64(b.records))
+		pos := b.pos
+		free <- b
+		if !pos.IsZero() {
+			slot.offer(pos)
+		} else if b.records > 0 {
+			t.c.progress.Add(1)
+		}
+	}
+	return nil
+}
+
+// commitLoop stores the newest appended batch position and acknowledges it to the source.
+func (t *sourceTask) commitLoop(ctx context.Context, slot *positionSlot) error {
+	for {
+		pos, ok := slot.take(ctx)
+		if !ok {
+			return nil
+		}
+		if err := commitPosition(ctx, t.c.rt.topics, t.prod, t.c.Name, pos); err != nil {
+			return err
+		}
+		if err := t.src.Ack(ctx, pos); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("ack source at %s: %w", pos, err)
+		}
+		t.c.progress.Add(1)
+	}
+}
+
+func transformsClass(cfg connect.Config) string {
+	return "transforms[" + strings.Join(cfg.List(KeyTransforms), ",") + "]"
+}
+
+// positionSlot passes the newest appended position from the appender to the committer;
+// positions offered while a commit runs are coalesced into the newest.
+type positionSlot struct {
+	mu        sync.Mutex
+	pos       connect.Position
+	pending   bool
+	committed connect.Position
+	closed    bool
+	signal    chan struct{}
+}
+
+func newPositionSlot(committed connect.Position) *positionSlot {
+	return &positionSlot{committed: committed, signal: make(chan struct{}, 1)}
+}
+
+func (s *positionSlot) offer(pos connect.Position) {
+	s.mu.Lock()
+	s.pos, s.pending = pos, true
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (s *positionSlot) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+// take waits for a position to commit; ok is false once the slot is closed and drained (or
+// ctx is done).
+func (s *positionSlot) take(ctx context.Context) (connect.Position, bool) {
+	for {
+		s.mu.Lock()
+		if s.pending {
+			pos := s.pos
+			s.pending = false
+			same := bytes.Equal(pos.Order, s.committed.Order) && bytes.Equal(pos.State, s.committed.State)
+			s.committed = pos
+			s.mu.Unlock()
+			if same {
+				continue
+			}
+			return pos, true
+		}
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			return connect.Position{}, false
+		}
+		select {
+		case <-s.signal:
+		case <-ctx.Done():
+			return connect.Position{}, false
+		}
+	}
+}
