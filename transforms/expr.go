@@ -289,7 +289,12 @@ func compileExpr(src string, asBool bool) (*program, error) {
 		expr.MaxNodes(maxExprNodes),
 	}
 	if asBool {
-		opts = append(opts, expr.AsBool())
+		// Reject expressions whose type is known not to be boolean now; the program that runs
+		// is compiled without the conversion so that a dynamic non-boolean result gets a clear
+		// error from test.
+		if _, err := expr.Compile(src, append(opts, expr.AsBool())...); err != nil {
+			return nil, fmt.Errorf("invalid expression: %s", firstLine(err.Error()))
+		}
 	}
 	tree, err := expr.Compile(src, opts...)
 	if err != nil {
