@@ -286,4 +286,3 @@ func TestPredicates(t *testing.T) {
 		})
 	}
 }
-
