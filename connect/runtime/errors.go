@@ -101,16 +101,16 @@ func (p *errorPolicy) handle(r *rejection) (dlq LogRecord, ok bool, err error) {
 	out.Headers = append(out.Headers, r.headers...)
 	if p.dlqHeaders {
 		out.Headers = append(out.Headers,
-			LogHeader{HeaderErrorTopic, []byte(r.topic)},
-			LogHeader{HeaderErrorPartition, strconv.AppendInt(nil, int64(r.partition), 10)},
-			LogHeader{HeaderErrorOffset, strconv.AppendInt(nil, r.offset, 10)},
-			LogHeader{HeaderErrorConnector, []byte(p.connector)},
-			LogHeader{HeaderErrorTask, []byte("0")},
-			LogHeader{HeaderErrorStage, []byte(r.stage)},
-			LogHeader{HeaderErrorClass, []byte(r.class)},
-			LogHeader{HeaderErrorExceptionCls, []byte(fmt.Sprintf("%T", r.err))},
-			LogHeader{HeaderErrorMessage, []byte(r.err.Error())},
-			LogHeader{HeaderErrorStacktrace, []byte(errorChain(r.err))},
+			hdr(HeaderErrorTopic, []byte(r.topic)),
+			hdr(HeaderErrorPartition, strconv.AppendInt(nil, int64(r.partition), 10)),
+			hdr(HeaderErrorOffset, strconv.AppendInt(nil, r.offset, 10)),
+			hdr(HeaderErrorConnector, []byte(p.connector)),
+			hdr(HeaderErrorTask, []byte("0")),
+			hdr(HeaderErrorStage, []byte(r.stage)),
+			hdr(HeaderErrorClass, []byte(r.class)),
+			hdr(HeaderErrorExceptionCls, []byte(fmt.Sprintf("%T", r.err))),
+			hdr(HeaderErrorMessage, []byte(r.err.Error())),
+			hdr(HeaderErrorStacktrace, []byte(errorChain(r.err))),
 		)
 	}
 	return out, true, nil
@@ -133,6 +133,8 @@ func stageName(stage string) string {
 	}
 	return stage
 }
+
+func hdr(key string, value []byte) LogHeader { return LogHeader{Key: key, Value: value} }
 
 // errorChain renders err and every error it wraps, one per line, as the trace of a failure.
 func errorChain(err error) string {

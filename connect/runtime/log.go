@@ -2,115 +2,76 @@ package runtime
 
 import (
 	"context"
-	"errors"
-	"time"
+
+	"github.com/sluice-cdc/sluice/wal"
 )
 
-// Log is what the runtime needs of the log. The storage engine (wal) provides it; tests use
-// runtimetest.Log. Every method may be called concurrently.
+// Log is what the runtime needs of the log. *wal.Log implements it; runtimetest.Log implements
+// it in memory. Every method may be called concurrently.
 type Log interface {
-	// CreateTopic creates a topic; ErrTopicExists if it exists already.
-	CreateTopic(name string, spec TopicSpec) error
-	// Partitions returns a topic's partition count; ErrUnknownTopic if it does not exist.
-	Partitions(topic string) (int32, error)
-	// Topics lists the topics, sorted.
+	// CreateTopic creates a topic; wal.ErrTopicExists if the name is taken.
+	CreateTopic(name string, cfg wal.TopicConfig) error
+	// Describe returns a topic's partitions; wal.ErrUnknownTopic if it does not exist.
+	Describe(name string) (wal.TopicInfo, error)
+	// Topics lists the topics, sorted, internal ones included.
 	Topics() []string
-	// Bounds returns the first and the next offset of a partition (the log start offset and
-	// the high watermark).
-	Bounds(topic string, partition int32) (start, end int64, err error)
-	// Append stores recs atomically and durably, after the records of every earlier Append to
-	// the partition. opts.SourcePosition is kept with the batch (see ProducerState). A
-	// retried batch of an idempotent producer returns its first offsets again.
-	Append(ctx context.Context, topic string, partition int32, recs []LogRecord, opts AppendOptions) (AppendResult, error)
-	// InitProducer returns the durable producer id for name and a new epoch, fencing every
-	// producer of that id with an older epoch.
-	InitProducer(ctx context.Context, name string) (Producer, error)
-	// ProducerState returns what the partition knows of a producer; ok is false if the
-	// producer never appended to it.
-	ProducerState(topic string, partition int32, producerID int64) (state ProducerState, ok bool, err error)
-	// Fetch returns records from offset on, waiting up to opts.MaxWait when there are none;
-	// the result's buffers belong to the caller.
-	Fetch(ctx context.Context, topic string, partition int32, offset int64, opts FetchOptions) (FetchResult, error)
-	// CommitOffsets durably stores a consumer group's next offsets.
-	CommitOffsets(ctx context.Context, group string, offsets map[TopicPartition]int64) error
-	// FetchOffsets returns a consumer group's committed offsets.
-	FetchOffsets(ctx context.Context, group string) (map[TopicPartition]int64, error)
+	// EarliestOffset and LatestOffset return a partition's log start and high watermark.
+	EarliestOffset(topic string, partition int32) (int64, error)
+	LatestOffset(topic string, partition int32) (int64, error)
+	// Append stores recs atomically and durably after every earlier append to the
+	// partition; opts.SourcePosition is stored with the batch (see ProducerState). A retried
+	// batch of an idempotent producer returns its original offsets.
+	Append(ctx context.Context, topic string, partition int32, recs []wal.Record, opts wal.AppendOptions) (wal.AppendResult, error)
+	// InitProducer returns the durable producer id of a transactional id and a new epoch,
+	// fencing every older epoch (wal.ErrProducerFenced).
+	InitProducer(ctx context.Context, transactionalID string) (int64, int16, error)
+	// ProducerState returns what a partition knows of a producer, including the source
+	// position of its last batch; ok is false if it never appended there.
+	ProducerState(topic string, partition int32, producerID int64) (wal.ProducerState, bool)
+	// Fetch returns committed records from offset on, waiting up to opts.MaxWait at the high
+	// watermark; an offset outside the partition is a *wal.OffsetOutOfRangeError.
+	Fetch(ctx context.Context, topic string, partition int32, offset int64, opts wal.FetchOptions) (wal.FetchResult, error)
+	// CommitOffsets durably stores a consumer group's next offsets; FetchOffsets reads them.
+	CommitOffsets(ctx context.Context, group string, offsets map[wal.TopicPartition]int64) error
+	FetchOffsets(group string) (map[wal.TopicPartition]int64, error)
 }
 
-// Errors a Log returns that the runtime tells apart.
-var (
-	ErrTopicExists   = errors.New("topic already exists")
-	ErrUnknownTopic  = errors.New("unknown topic")
-	ErrOffsetTooOld  = errors.New("offset below the log start")
-	ErrProducerFence = errors.New("producer fenced by a newer epoch")
+var _ Log = (*wal.Log)(nil)
+
+// The log's types, under the names the runtime uses.
+type (
+	LogRecord      = wal.Record
+	LogHeader      = wal.Header
+	TopicPartition = wal.TopicPartition
+	AppendOptions  = wal.AppendOptions
+	AppendResult   = wal.AppendResult
+	FetchOptions   = wal.FetchOptions
+	FetchResult    = wal.FetchResult
 )
 
-// TopicSpec is how the runtime creates a topic: a partition count and Kafka-named topic
-// settings ("cleanup.policy", "retention.ms", ...).
+// TopicSpec is how the runtime asks for a topic it creates on first use: a partition count
+// (<= 0: the runtime's default) and Kafka-named topic settings over the runtime's defaults.
 type TopicSpec struct {
 	Partitions int32
 	Config     map[string]string
 }
 
-// LogRecord is one record as the log stores it.
-type LogRecord struct {
-	Offset    int64
-	Timestamp time.Time
-	Key       []byte // nil: null key
-	Value     []byte // nil: tombstone
-	Headers   []LogHeader
+// bounds returns a partition's log start offset and high watermark.
+func bounds(log Log, topic string, partition int32) (start, end int64, err error) {
+	if start, err = log.EarliestOffset(topic, partition); err != nil {
+		return 0, 0, err
+	}
+	if end, err = log.LatestOffset(topic, partition); err != nil {
+		return 0, 0, err
+	}
+	return start, end, nil
 }
 
-// LogHeader is a record header as the log stores it.
-type LogHeader struct {
-	Key   string
-	Value []byte
-}
-
-// TopicPartition names one partition.
-type TopicPartition struct {
-	Topic     string
-	Partition int32
-}
-
-// Producer is an idempotent producer's identity.
-type Producer struct {
-	ID    int64
-	Epoch int16
-}
-
-// AppendOptions say who appends. A zero Producer appends without deduplication.
-type AppendOptions struct {
-	ProducerID     int64
-	ProducerEpoch  int16
-	BaseSequence   int32
-	SourcePosition []byte
-}
-
-// AppendResult is where an append landed.
-type AppendResult struct {
-	BaseOffset int64
-	LastOffset int64
-	Duplicate  bool
-}
-
-// FetchOptions bound a Fetch.
-type FetchOptions struct {
-	MaxBytes int
-	MaxWait  time.Duration
-}
-
-// FetchResult is what one Fetch returned.
-type FetchResult struct {
-	Records       []LogRecord
-	NextOffset    int64
-	HighWatermark int64
-}
-
-// ProducerState is what a partition knows of a producer: its last batch.
-type ProducerState struct {
-	Epoch          int16
-	LastSequence   int32
-	LastOffset     int64
-	SourcePosition []byte
+// partitionCount returns a topic's partition count; wal.ErrUnknownTopic if it does not exist.
+func partitionCount(log Log, topic string) (int32, error) {
+	info, err := log.Describe(topic)
+	if err != nil {
+		return 0, err
+	}
+	return int32(len(info.Partitions)), nil
 }

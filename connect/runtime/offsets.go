@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/wal"
 )
 
 // Source positions live in SourceOffsetsTopic (compacted): one record per commit, key the
@@ -21,7 +22,7 @@ func offsetsPartition(tps *topics, connector string) (TopicPartition, error) {
 	if err != nil {
 		return TopicPartition{}, err
 	}
-	return TopicPartition{Topic: SourceOffsetsTopic, Partition: partitionFor([]byte(connector), n)}, nil
+	return TopicPartition{Topic: SourceOffsetsTopic, Partition: wal.Partition([]byte(connector), n)}, nil
 }
 
 // commitPosition durably records pos as the connector's committed source position.
@@ -45,19 +46,16 @@ func commitPosition(ctx context.Context, tps *topics, prod *producer, connector 
 // prod (the connector's producer) it reads the producer state, else it scans the topic.
 func committedPosition(ctx context.Context, log Log, connector string, prod *producer) (connect.Position, error) {
 	var pos connect.Position
-	n, err := log.Partitions(SourceOffsetsTopic)
-	if errors.Is(err, ErrUnknownTopic) {
+	n, err := partitionCount(log, SourceOffsetsTopic)
+	if errors.Is(err, wal.ErrUnknownTopic) {
 		return pos, nil
 	}
 	if err != nil {
 		return pos, fmt.Errorf("read committed position: %w", err)
 	}
-	tp := TopicPartition{Topic: SourceOffsetsTopic, Partition: partitionFor([]byte(connector), n)}
+	tp := TopicPartition{Topic: SourceOffsetsTopic, Partition: wal.Partition([]byte(connector), n)}
 	if prod != nil {
-		st, ok, err := log.ProducerState(tp.Topic, tp.Partition, prod.id.ID)
-		if err != nil {
-			return pos, fmt.Errorf("read committed position: %w", err)
-		}
+		st, ok := log.ProducerState(tp.Topic, tp.Partition, prod.id)
 		if ok && len(st.SourcePosition) > 0 {
 			if err := pos.UnmarshalBinary(st.SourcePosition); err != nil {
 				return pos, connect.Permanentf("committed position of %s in %s: %w", connector, SourceOffsetsTopic, err)
@@ -66,7 +64,7 @@ func committedPosition(ctx context.Context, log Log, connector string, prod *pro
 		}
 	}
 	var found []byte
-	start, end, err := log.Bounds(tp.Topic, tp.Partition)
+	start, end, err := bounds(log, tp.Topic, tp.Partition)
 	if err != nil {
 		return pos, fmt.Errorf("read committed position: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/wal"
 )
 
 // producer appends for one task instance as an idempotent producer: one producer id per
@@ -14,8 +15,9 @@ import (
 // Appends to one partition are serialized; appends to different partitions may run
 // concurrently.
 type producer struct {
-	log Log
-	id  Producer
+	log   Log
+	id    int64
+	epoch int16
 
 	mu    sync.Mutex
 	parts map[TopicPartition]*partSeq
@@ -31,11 +33,11 @@ type partSeq struct {
 func producerName(connector string) string { return "connect-" + connector }
 
 func newProducer(ctx context.Context, log Log, connector string) (*producer, error) {
-	id, err := log.InitProducer(ctx, producerName(connector))
+	id, epoch, err := log.InitProducer(ctx, producerName(connector))
 	if err != nil {
 		return nil, fmt.Errorf("init producer %s: %w", producerName(connector), err)
 	}
-	return &producer{log: log, id: id, parts: map[TopicPartition]*partSeq{}}, nil
+	return &producer{log: log, id: id, epoch: epoch, parts: map[TopicPartition]*partSeq{}}, nil
 }
 
 // append stores recs in one atomic append carrying sourcePos. After a failed append the
@@ -55,12 +57,12 @@ func (p *producer) append(ctx context.Context, tp TopicPartition, recs []LogReco
 		return AppendResult{}, fmt.Errorf("append to %s-%d: an earlier append failed; the task must restart", tp.Topic, tp.Partition)
 	}
 	res, err := p.log.Append(ctx, tp.Topic, tp.Partition, recs, AppendOptions{
-		ProducerID: p.id.ID, ProducerEpoch: p.id.Epoch, BaseSequence: ps.next, SourcePosition: sourcePos,
+		ProducerID: p.id, ProducerEpoch: p.epoch, BaseSequence: ps.next, SourcePosition: sourcePos,
 	})
 	if err != nil {
 		ps.broken = true
-		if errors.Is(err, ErrProducerFence) {
-			return res, connect.Permanentf("append to %s-%d: another instance of this connector took over (producer epoch %d fenced): %w", tp.Topic, tp.Partition, p.id.Epoch, err)
+		if errors.Is(err, wal.ErrProducerFenced) {
+			return res, connect.Permanentf("append to %s-%d: another instance of this connector took over (producer epoch %d fenced): %w", tp.Topic, tp.Partition, p.epoch, err)
 		}
 		return res, fmt.Errorf("append to %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
@@ -71,10 +73,7 @@ func (p *producer) append(ctx context.Context, tp TopicPartition, recs []LogReco
 // lastPosition returns the source position stored with this producer's last batch in tp
 // (the zero Position when it never wrote there).
 func (p *producer) lastPosition(tp TopicPartition) (connect.Position, error) {
-	st, ok, err := p.log.ProducerState(tp.Topic, tp.Partition, p.id.ID)
-	if err != nil {
-		return connect.Position{}, fmt.Errorf("producer state of %s-%d: %w", tp.Topic, tp.Partition, err)
-	}
+	st, ok := p.log.ProducerState(tp.Topic, tp.Partition, p.id)
 	var pos connect.Position
 	if !ok || len(st.SourcePosition) == 0 {
 		return pos, nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/wal"
 )
 
 // State is a connector's or a task's state, with Kafka Connect's names.
@@ -38,9 +39,10 @@ type Options struct {
 	Logger *slog.Logger
 	// WorkerID is shown in statuses (Kafka Connect's worker_id); default "sluice".
 	WorkerID string
-	// TopicDefaults are the partition count (default 1) and Kafka topic settings of topics
-	// created on first use.
-	TopicDefaults TopicSpec
+	// TopicDefaults is the configuration of topics created on first use (the log's
+	// defaults). Zero apart from Partitions means wal.DefaultTopicConfig() with that count;
+	// Partitions <= 0 means 1.
+	TopicDefaults wal.TopicConfig
 	// InitialBackoff is the first wait before restarting a failed task (default 1s); it
 	// doubles up to the connector's errors.retry.delay.max.ms.
 	InitialBackoff time.Duration
@@ -88,6 +90,14 @@ func New(opts Options) (*Runtime, error) {
 	}
 	if opts.WorkerID == "" {
 		opts.WorkerID = "sluice"
+	}
+	if rest := opts.TopicDefaults; true {
+		rest.Partitions = 0
+		if rest == (wal.TopicConfig{}) {
+			parts := opts.TopicDefaults.Partitions
+			opts.TopicDefaults = wal.DefaultTopicConfig()
+			opts.TopicDefaults.Partitions = parts
+		}
 	}
 	if opts.TopicDefaults.Partitions <= 0 {
 		opts.TopicDefaults.Partitions = 1

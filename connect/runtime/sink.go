@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/wal"
 )
 
 // The sink task: a consumer group per connector ("connect-<name>", as in Kafka Connect).
@@ -75,7 +76,7 @@ func (c *connector) runSink(ctx, force context.Context) error {
 }
 
 func (t *sinkTask) run(ctx, force context.Context) error {
-	committed, err := t.log.FetchOffsets(force, t.group)
+	committed, err := t.log.FetchOffsets(t.group)
 	if err != nil {
 		return fmt.Errorf("fetch offsets of group %s: %w", t.group, err)
 	}
@@ -124,8 +125,8 @@ func (t *sinkTask) assign(ctx context.Context, g *errgroup.Group, committed map[
 			if assigned[name] || !match(name) {
 				continue
 			}
-			n, err := t.log.Partitions(name)
-			if errors.Is(err, ErrUnknownTopic) {
+			n, err := partitionCount(t.log, name)
+			if errors.Is(err, wal.ErrUnknownTopic) {
 				continue
 			}
 			if err != nil {
@@ -136,7 +137,7 @@ func (t *sinkTask) assign(ctx context.Context, g *errgroup.Group, committed map[
 				tp := TopicPartition{Topic: name, Partition: p}
 				off, ok := committed[tp]
 				if !ok {
-					start, _, err := t.log.Bounds(name, p)
+					start, err := t.log.EarliestOffset(name, p)
 					if err != nil {
 						return fmt.Errorf("assign %s-%d: %w", name, p, err)
 					}
@@ -164,13 +165,13 @@ func (t *sinkTask) fetch(ctx context.Context, tp TopicPartition, next int64, out
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, ErrOffsetTooOld) {
-				start, _, berr := t.log.Bounds(tp.Topic, tp.Partition)
+			if errors.Is(err, wal.ErrOffsetOutOfRange) {
+				start, berr := t.log.EarliestOffset(tp.Topic, tp.Partition)
 				if berr != nil {
 					return fmt.Errorf("fetch %s-%d: %w", tp.Topic, tp.Partition, berr)
 				}
-				t.c.logger.Warn("committed offset is below the log start; continuing at the log start (records in between were removed by retention)",
-					"topic", tp.Topic, "partition", tp.Partition, "offset", next, "log_start", start)
+				t.c.logger.Warn("committed offset is outside the partition; continuing at the log start",
+					"topic", tp.Topic, "partition", tp.Partition, "offset", next, "log_start", start, "err", err)
 				next = start
 				continue
 			}

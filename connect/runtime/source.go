@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/wal"
 )
 
 // The source task (DESIGN.md §3.1: exactly once into the log).
@@ -248,7 +249,7 @@ func (t *sourceTask) add(b *sourceBatch, r *connect.Record) error {
 	case key == nil:
 		part = 0
 	default:
-		part = partitionFor(key, n)
+		part = wal.Partition(key, n)
 	}
 	tp := TopicPartition{Topic: r.Topic, Partition: part}
 	if drop, err := t.replayed(tp, r.Position.Order); err != nil || drop {

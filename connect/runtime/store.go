@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/wal"
 )
 
 // store is a connector's connect.Store: the topic StoreTopicPrefix+connector, one partition,
@@ -33,8 +34,8 @@ func (s *store) Append(ctx context.Context, key, value []byte) error {
 
 // Scan implements connect.Store: every entry stored when Scan started, in order.
 func (s *store) Scan(ctx context.Context, fn func(key, value []byte) error) error {
-	start, end, err := s.log.Bounds(s.topic, 0)
-	if errors.Is(err, ErrUnknownTopic) {
+	start, end, err := bounds(s.log, s.topic, 0)
+	if errors.Is(err, wal.ErrUnknownTopic) {
 		return nil
 	}
 	if err != nil {

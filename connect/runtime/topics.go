@@ -3,8 +3,10 @@ package runtime
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
+
+	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/wal"
 )
 
 // Internal topics. Users' topics must not start with "__sluice".
@@ -19,19 +21,19 @@ const (
 // topics creates topics on first use and caches partition counts (fixed at creation).
 type topics struct {
 	log      Log
-	defaults TopicSpec
+	defaults wal.TopicConfig // Partitions is the default count
 
 	mu      sync.Mutex
 	parts   map[string]int32
 	changed chan struct{} // closed and replaced when this runtime creates a topic
 }
 
-func newTopics(log Log, defaults TopicSpec) *topics {
+func newTopics(log Log, defaults wal.TopicConfig) *topics {
 	return &topics{log: log, defaults: defaults, parts: map[string]int32{}, changed: make(chan struct{})}
 }
 
-// partitions returns the partition count of name, creating the topic with spec (over the
-// defaults; Partitions <= 0 takes the default count) if it does not exist.
+// partitions returns the partition count of name, creating the topic from spec over the
+// defaults if it does not exist.
 func (t *topics) partitions(name string, spec TopicSpec) (int32, error) {
 	t.mu.Lock()
 	n, ok := t.parts[name]
@@ -39,33 +41,33 @@ func (t *topics) partitions(name string, spec TopicSpec) (int32, error) {
 	if ok {
 		return n, nil
 	}
-	n, err := t.log.Partitions(name)
-	if errors.Is(err, ErrUnknownTopic) {
-		full := TopicSpec{Partitions: t.defaults.Partitions, Config: maps.Clone(t.defaults.Config)}
+	info, err := t.log.Describe(name)
+	if errors.Is(err, wal.ErrUnknownTopic) {
+		cfg, perr := wal.ParseTopicConfig(t.defaults, spec.Config)
+		if perr != nil {
+			return 0, connect.Permanent(fmt.Errorf("topic settings of %s: %w", name, perr))
+		}
 		if spec.Partitions > 0 {
-			full.Partitions = spec.Partitions
+			cfg.Partitions = spec.Partitions
 		}
-		if full.Partitions <= 0 {
-			full.Partitions = 1
+		if cfg.Partitions <= 0 {
+			cfg.Partitions = 1
 		}
-		if len(spec.Config) > 0 && full.Config == nil {
-			full.Config = map[string]string{}
-		}
-		maps.Copy(full.Config, spec.Config)
-		switch err = t.log.CreateTopic(name, full); {
+		switch err = t.log.CreateTopic(name, cfg); {
 		case err == nil:
 			t.mu.Lock()
 			close(t.changed)
 			t.changed = make(chan struct{})
 			t.mu.Unlock()
-		case !errors.Is(err, ErrTopicExists):
+		case !errors.Is(err, wal.ErrTopicExists):
 			return 0, fmt.Errorf("create topic %s: %w", name, err)
 		}
-		n, err = t.log.Partitions(name)
+		info, err = t.log.Describe(name)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("topic %s: %w", name, err)
 	}
+	n = int32(len(info.Partitions))
 	t.mu.Lock()
 	t.parts[name] = n
 	t.mu.Unlock()

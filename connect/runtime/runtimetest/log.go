@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-cdc/sluice/connect/runtime"
+	"github.com/sluice-cdc/sluice/wal"
 )
 
 // Hooks inject faults. Each hook may be nil; each is called with the log's lock released.
@@ -31,15 +32,20 @@ type Log struct {
 
 	mu        sync.Mutex
 	topics    map[string]*topic
-	producers map[string]*runtime.Producer
+	producers map[string]*producer
 	nextPID   int64
 	groups    map[string]map[runtime.TopicPartition]int64
 	appends   int
 }
 
 type topic struct {
-	spec  runtime.TopicSpec
+	cfg   wal.TopicConfig
 	parts []*partition
+}
+
+type producer struct {
+	id    int64
+	epoch int16
 }
 
 type partition struct {
@@ -50,7 +56,7 @@ type partition struct {
 }
 
 type producerState struct {
-	state    runtime.ProducerState
+	state    wal.ProducerState
 	firstSeq int32
 	first    int64 // first offset of the last batch
 }
@@ -59,7 +65,7 @@ type producerState struct {
 func NewLog() *Log {
 	return &Log{
 		topics:    map[string]*topic{},
-		producers: map[string]*runtime.Producer{},
+		producers: map[string]*producer{},
 		groups:    map[string]map[runtime.TopicPartition]int64{},
 	}
 }
@@ -67,43 +73,42 @@ func NewLog() *Log {
 var _ runtime.Log = (*Log)(nil)
 
 // CreateTopic implements runtime.Log.
-func (l *Log) CreateTopic(name string, spec runtime.TopicSpec) error {
-	if spec.Partitions <= 0 {
-		return fmt.Errorf("create topic %s: partitions must be at least 1 (got %d)", name, spec.Partitions)
+func (l *Log) CreateTopic(name string, cfg wal.TopicConfig) error {
+	if cfg == (wal.TopicConfig{}) {
+		cfg = wal.DefaultTopicConfig()
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("create topic %s: %w", name, err)
+	}
+	if err := wal.ValidTopicName(name); err != nil {
+		return fmt.Errorf("create topic %s: %w", name, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.topics[name]; ok {
-		return fmt.Errorf("create topic %s: %w", name, runtime.ErrTopicExists)
+		return fmt.Errorf("create topic %s: %w", name, wal.ErrTopicExists)
 	}
-	t := &topic{spec: spec}
-	for range spec.Partitions {
+	t := &topic{cfg: cfg}
+	for range cfg.Partitions {
 		t.parts = append(t.parts, &partition{producers: map[int64]*producerState{}, notify: make(chan struct{})})
 	}
 	l.topics[name] = t
 	return nil
 }
 
-// Spec returns the spec a topic was created with.
-func (l *Log) Spec(name string) (runtime.TopicSpec, bool) {
+// Describe implements runtime.Log.
+func (l *Log) Describe(name string) (wal.TopicInfo, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, ok := l.topics[name]
 	if !ok {
-		return runtime.TopicSpec{}, false
+		return wal.TopicInfo{}, fmt.Errorf("topic %s: %w", name, wal.ErrUnknownTopic)
 	}
-	return t.spec, true
-}
-
-// Partitions implements runtime.Log.
-func (l *Log) Partitions(name string) (int32, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	t, ok := l.topics[name]
-	if !ok {
-		return 0, fmt.Errorf("topic %s: %w", name, runtime.ErrUnknownTopic)
+	info := wal.TopicInfo{Name: name, Config: t.cfg}
+	for i, p := range t.parts {
+		info.Partitions = append(info.Partitions, wal.PartitionInfo{Partition: int32(i), LogStartOffset: p.start, HighWatermark: p.start + int64(len(p.recs))})
 	}
-	return int32(len(t.parts)), nil
+	return info, nil
 }
 
 // Topics implements runtime.Log.
@@ -121,23 +126,34 @@ func (l *Log) Topics() []string {
 func (l *Log) part(name string, p int32) (*partition, error) {
 	t, ok := l.topics[name]
 	if !ok {
-		return nil, fmt.Errorf("topic %s: %w", name, runtime.ErrUnknownTopic)
+		return nil, fmt.Errorf("topic %s: %w", name, wal.ErrUnknownTopic)
 	}
 	if p < 0 || int(p) >= len(t.parts) {
-		return nil, fmt.Errorf("topic %s has no partition %d", name, p)
+		return nil, fmt.Errorf("topic %s partition %d: %w", name, p, wal.ErrUnknownPartition)
 	}
 	return t.parts[p], nil
 }
 
-// Bounds implements runtime.Log.
-func (l *Log) Bounds(name string, p int32) (int64, int64, error) {
+// EarliestOffset implements runtime.Log.
+func (l *Log) EarliestOffset(name string, p int32) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	pt, err := l.part(name, p)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
-	return pt.start, pt.start + int64(len(pt.recs)), nil
+	return pt.start, nil
+}
+
+// LatestOffset implements runtime.Log.
+func (l *Log) LatestOffset(name string, p int32) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	pt, err := l.part(name, p)
+	if err != nil {
+		return 0, err
+	}
+	return pt.start + int64(len(pt.recs)), nil
 }
 
 // Append implements runtime.Log, with Kafka's idempotent-producer rules: an older epoch is
@@ -177,18 +193,18 @@ func (l *Log) append(name string, p int32, recs []runtime.LogRecord, opts runtim
 	if opts.ProducerID > 0 {
 		ps = pt.producers[opts.ProducerID]
 		if cur := l.epochOf(opts.ProducerID); opts.ProducerEpoch < cur {
-			return runtime.AppendResult{}, fmt.Errorf("append to %s-%d: epoch %d < %d: %w", name, p, opts.ProducerEpoch, cur, runtime.ErrProducerFence)
+			return runtime.AppendResult{}, fmt.Errorf("append to %s-%d: epoch %d < %d: %w", name, p, opts.ProducerEpoch, cur, wal.ErrProducerFenced)
 		}
 		last := opts.BaseSequence + int32(len(recs)) - 1
 		switch {
 		case ps == nil || ps.state.Epoch != opts.ProducerEpoch:
 			if opts.BaseSequence != 0 {
-				return runtime.AppendResult{}, fmt.Errorf("append to %s-%d: first sequence of epoch %d is %d, want 0", name, p, opts.ProducerEpoch, opts.BaseSequence)
+				return runtime.AppendResult{}, fmt.Errorf("append to %s-%d: first sequence of epoch %d is %d, want 0: %w", name, p, opts.ProducerEpoch, opts.BaseSequence, wal.ErrOutOfOrderSequence)
 			}
 		case ps.firstSeq == opts.BaseSequence && ps.state.LastSequence == last:
 			return runtime.AppendResult{BaseOffset: ps.first, LastOffset: ps.state.LastOffset, Duplicate: true}, nil
 		case opts.BaseSequence != ps.state.LastSequence+1:
-			return runtime.AppendResult{}, fmt.Errorf("append to %s-%d: sequence %d, want %d", name, p, opts.BaseSequence, ps.state.LastSequence+1)
+			return runtime.AppendResult{}, fmt.Errorf("append to %s-%d: sequence %d, want %d: %w", name, p, opts.BaseSequence, ps.state.LastSequence+1, wal.ErrOutOfOrderSequence)
 		}
 	}
 	base := pt.start + int64(len(pt.recs))
@@ -210,7 +226,7 @@ func (l *Log) append(name string, p int32, recs []runtime.LogRecord, opts runtim
 			pt.producers[opts.ProducerID] = ps
 		}
 		ps.firstSeq, ps.first = opts.BaseSequence, base
-		ps.state = runtime.ProducerState{
+		ps.state = wal.ProducerState{
 			Epoch:          opts.ProducerEpoch,
 			LastSequence:   opts.BaseSequence + int32(len(recs)) - 1,
 			LastOffset:     res.LastOffset,
@@ -225,8 +241,8 @@ func (l *Log) append(name string, p int32, recs []runtime.LogRecord, opts runtim
 
 func (l *Log) epochOf(id int64) int16 {
 	for _, pr := range l.producers {
-		if pr.ID == id {
-			return pr.Epoch
+		if pr.id == id {
+			return pr.epoch
 		}
 	}
 	return 0
@@ -240,37 +256,37 @@ func (l *Log) Appends() int {
 }
 
 // InitProducer implements runtime.Log.
-func (l *Log) InitProducer(ctx context.Context, name string) (runtime.Producer, error) {
+func (l *Log) InitProducer(ctx context.Context, name string) (int64, int16, error) {
 	if err := ctx.Err(); err != nil {
-		return runtime.Producer{}, err
+		return 0, 0, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	pr, ok := l.producers[name]
-	if !ok {
+	if !ok || name == "" {
 		l.nextPID++
-		pr = &runtime.Producer{ID: l.nextPID}
+		pr = &producer{id: l.nextPID}
 		l.producers[name] = pr
 	}
-	pr.Epoch++
-	return *pr, nil
+	pr.epoch++
+	return pr.id, pr.epoch, nil
 }
 
 // ProducerState implements runtime.Log.
-func (l *Log) ProducerState(name string, p int32, id int64) (runtime.ProducerState, bool, error) {
+func (l *Log) ProducerState(name string, p int32, id int64) (wal.ProducerState, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	pt, err := l.part(name, p)
 	if err != nil {
-		return runtime.ProducerState{}, false, err
+		return wal.ProducerState{}, false
 	}
 	ps, ok := pt.producers[id]
 	if !ok {
-		return runtime.ProducerState{}, false, nil
+		return wal.ProducerState{}, false
 	}
 	st := ps.state
 	st.SourcePosition = bytes.Clone(st.SourcePosition)
-	return st, true, nil
+	return st, true
 }
 
 // Fetch implements runtime.Log.
@@ -288,16 +304,12 @@ func (l *Log) Fetch(ctx context.Context, name string, p int32, offset int64, opt
 			return runtime.FetchResult{}, err
 		}
 		end := pt.start + int64(len(pt.recs))
-		if offset < pt.start {
+		if offset < pt.start || offset > end {
 			l.mu.Unlock()
-			return runtime.FetchResult{}, fmt.Errorf("fetch %s-%d at %d (log starts at %d): %w", name, p, offset, pt.start, runtime.ErrOffsetTooOld)
-		}
-		if offset > end {
-			l.mu.Unlock()
-			return runtime.FetchResult{}, fmt.Errorf("fetch %s-%d at %d: past the end %d", name, p, offset, end)
+			return runtime.FetchResult{}, &wal.OffsetOutOfRangeError{Topic: name, Partition: p, Offset: offset, LogStart: pt.start, HighWatermark: end}
 		}
 		if offset < end || opts.MaxWait <= 0 {
-			res := runtime.FetchResult{NextOffset: offset, HighWatermark: end}
+			res := runtime.FetchResult{NextOffset: offset, HighWatermark: end, LogStartOffset: pt.start}
 			size := 0
 			for o := offset; o < end; o++ {
 				r := pt.recs[o-pt.start]
@@ -378,10 +390,7 @@ func (l *Log) CommitOffsets(ctx context.Context, group string, offsets map[runti
 }
 
 // FetchOffsets implements runtime.Log.
-func (l *Log) FetchOffsets(ctx context.Context, group string) (map[runtime.TopicPartition]int64, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+func (l *Log) FetchOffsets(group string) (map[runtime.TopicPartition]int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := map[runtime.TopicPartition]int64{}
