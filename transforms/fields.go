@@ -324,7 +324,7 @@ type insertField struct {
 	side                                        side
 	name                                        string
 	topic, partition, offset, timestamp, static insertSpec
-	staticValue                                 string
+	staticValue                                 any // a string, boxed once
 }
 
 func (t *insertField) Apply(r connect.Record) (connect.Record, bool, error) {

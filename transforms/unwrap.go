@@ -20,6 +20,9 @@ const (
 // "false" on every other row (strings, as Debezium writes them).
 const DeletedField = "__deleted"
 
+// The __deleted values, boxed once so that adding them does not allocate.
+var deletedTrue, deletedFalse any = "true", "false"
+
 func unwrapPlugin() connect.Plugin {
 	return connect.Plugin{
 		Name:    "unwrap",
@@ -217,11 +220,13 @@ func (u *unwrap) Apply(r connect.Record) (connect.Record, bool, error) {
 			return r, false, err
 		}
 	}
-	row := u.withFields(ev.After, env, "false")
+	row, value := u.withFields(ev.After, ev.afterAny, env, deletedFalse)
 	if u.dropHeader != "" {
-		r = u.dropFields(r, &row)
+		if r = u.dropFields(r, &row); len(row) != len(ev.After) {
+			value = row
+		}
 	}
-	r.Value = row
+	r.Value = value
 	return r, true, nil
 }
 
@@ -265,11 +270,13 @@ func (u *unwrap) deleteEvent(r connect.Record, env connect.Row, ev envelope) (co
 	case modeDrop:
 		return r, false, nil
 	case modeRewrite, modeRewriteWithTombstone:
-		row := u.withFields(ev.Before, env, "true")
+		row, value := u.withFields(ev.Before, ev.beforeAny, env, deletedTrue)
 		if u.dropHeader != "" {
-			r = u.dropFields(r, &row)
+			if r = u.dropFields(r, &row); len(row) != len(ev.Before) {
+				value = row
+			}
 		}
-		r.Value = row
+		r.Value = value
 		return r, true, nil
 	default: // tombstone, delete-to-tombstone
 		if u.dropHeader != "" && u.dropFromKey {
@@ -281,15 +288,16 @@ func (u *unwrap) deleteEvent(r connect.Record, env connect.Row, ev envelope) (co
 	}
 }
 
-// withFields returns row plus the add.fields and, in rewrite modes, __deleted; row itself is
-// shared when nothing is added.
-func (u *unwrap) withFields(row connect.Row, env connect.Row, deleted string) connect.Row {
+// withFields returns row plus the add.fields and, in rewrite modes, __deleted, both as a Row
+// and as the value to store; when nothing is added the row and its boxed form (boxed, taken
+// from the envelope so that no allocation is needed) are returned as they are.
+func (u *unwrap) withFields(row connect.Row, boxed any, env connect.Row, deleted any) (connect.Row, any) {
 	n := len(u.fields)
 	if u.rewrite {
 		n++
 	}
 	if n == 0 {
-		return row
+		return row, boxed
 	}
 	out := make(connect.Row, len(row), len(row)+n)
 	copy(out, row)
@@ -300,7 +308,7 @@ func (u *unwrap) withFields(row connect.Row, env connect.Row, deleted string) co
 	if u.rewrite {
 		out = out.Set(DeletedField, deleted)
 	}
-	return out
+	return out, out
 }
 
 func (u *unwrap) addHeaders(hs connect.Headers, env connect.Row) (connect.Headers, error) {
@@ -400,6 +408,9 @@ type envelope struct {
 	Op     connect.Op
 	Before connect.Row
 	After  connect.Row
+	// beforeAny and afterAny are the images as stored in the envelope, so that storing one
+	// as a record value needs no new interface box.
+	beforeAny, afterAny any
 }
 
 // parseEnvelope reads op, before and after from a change event row and checks that the
@@ -428,9 +439,9 @@ func parseEnvelope(env connect.Row) (envelope, error) {
 				return ev, fmt.Errorf("change event: field %s: want an object or null, got %s", f.Name, typeName(f.Value))
 			}
 			if f.Name == connect.FieldBefore {
-				ev.Before = row
+				ev.Before, ev.beforeAny = row, f.Value
 			} else {
-				ev.After = row
+				ev.After, ev.afterAny = row, f.Value
 			}
 		}
 	}
