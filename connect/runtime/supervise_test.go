@@ -1,0 +1,289 @@
+package runtime_test
+
+import (
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/connect/runtime"
+	"github.com/sluice-cdc/sluice/connect/runtime/runtimetest"
+)
+
+// A sink that fails retriably is restarted with backoff and catches up by itself.
+func TestSinkRetriableFailureRecovers(t *testing.T) {
+	const events = 500
+	log := runtimetest.NewLog()
+	sink := runtimetest.NewSink()
+	var calls atomic.Int64
+	sink.Hook = func(batch []connect.Record) error {
+		if n := calls.Add(1); n%3 == 0 && n < 30 {
+			return errors.New("connection reset by peer")
+		}
+		return nil
+	}
+	h := newHarness(t, log, newRegistry(t, sink.Plugin("mem")), nil)
+	cfg := datagenConfig(events, 20, 25)
+	h.add("gen", "datagen", cfg)
+	h.add("out", "mem", map[string]string{"topics.regex": `gen\..*`, "consumer.override.max.poll.records": "20"})
+	h.start()
+	total := expectedRecords(settings(t, cfg), events)
+	waitFor(t, "the sink to catch up", func() bool { return distinct(sink.Records()) == total })
+	st := h.waitState("out", runtime.StateRunning)
+	if st.Tasks[0].Restarts == 0 || sink.Opens() < 2 {
+		t.Fatalf("status %+v, %d opens: want restarts after the injected failures", st.Tasks[0], sink.Opens())
+	}
+	checkSinkOrder(t, sink.Records(), total)
+}
+
+func distinct(recs []connect.Record) int {
+	seen := map[runtime.TopicPartition]int64{}
+	n := 0
+	for _, r := range recs {
+		tp := runtime.TopicPartition{Topic: r.Topic, Partition: r.Partition}
+		if o, ok := seen[tp]; !ok || r.Offset > o {
+			seen[tp] = r.Offset
+			n++
+		}
+	}
+	return n
+}
+
+// A permanent failure leaves the task FAILED with its trace and the fix, and restarts nothing.
+func TestSinkPermanentFailureFails(t *testing.T) {
+	log := runtimetest.NewLog()
+	sink := runtimetest.NewSink()
+	sink.Hook = func([]connect.Record) error {
+		return connect.Permanentf("index mapping rejects field price: set type to keyword")
+	}
+	h := newHarness(t, log, newRegistry(t, sink.Plugin("mem")), nil)
+	h.add("gen", "datagen", datagenConfig(100, 10, 10))
+	h.add("out", "mem", map[string]string{"topics": "gen.inventory.customers"})
+	h.start()
+	st := h.waitState("out", runtime.StateFailed)
+	want := "write to sink mem: index mapping rejects field price: set type to keyword"
+	if !strings.HasPrefix(st.Tasks[0].Trace, want) || !strings.Contains(st.Tasks[0].Trace, "fix the cause, then restart the connector") {
+		t.Fatalf("trace %q: want it to start with %q and name the fix", st.Tasks[0].Trace, want)
+	}
+	if st.Tasks[0].Restarts != 0 || sink.Opens() != 1 {
+		t.Fatalf("status %+v, %d opens: a permanent failure must not restart", st.Tasks[0], sink.Opens())
+	}
+	if st.Connector.State != runtime.StateRunning {
+		t.Fatalf("connector state %s, want RUNNING (only its task failed)", st.Connector.State)
+	}
+	// The failed batch's offsets were not committed.
+	offs, _ := log.FetchOffsets(runtime.SinkGroup("out"))
+	if len(offs) != 0 {
+		t.Fatalf("committed offsets %v after a failed write", offs)
+	}
+	// Restart with onlyFailed restarts it; it fails again the same way.
+	if err := h.rt.Restart(t.Context(), "out", true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a second open", func() bool { return sink.Opens() == 2 })
+	h.waitState("out", runtime.StateFailed)
+}
+
+// poisonHook rejects the record of customers id 7 with a per-record WriteError.
+func poisonHook(batch []connect.Record) error {
+	var we connect.WriteError
+	for i, r := range batch {
+		id, _ := r.Key.(connect.Row).Get("id")
+		if r.Topic == "gen.inventory.customers" && id == int64(7) && r.Value != nil {
+			we.Failed = append(we.Failed, connect.RecordError{Index: i, Err: errors.New("document id 7 is poison")})
+		}
+	}
+	if we.Failed != nil {
+		return &we
+	}
+	return nil
+}
+
+// Under errors.tolerance=all a record the sink rejects goes to the dead-letter topic with the
+// error and its origin in headers, and the pipeline goes on.
+func TestPoisonRecordGoesToDLQ(t *testing.T) {
+	const events = 300
+	log := runtimetest.NewLog()
+	sink := runtimetest.NewSink()
+	sink.Hook = poisonHook
+	h := newHarness(t, log, newRegistry(t, sink.Plugin("mem")), nil)
+	cfg := datagenConfig(events, 30, 30, "datagen.tables", "customers")
+	h.add("gen", "datagen", cfg)
+	h.add("out", "mem", map[string]string{
+		"topics": "gen.inventory.customers", "errors.tolerance": "all",
+		"errors.deadletterqueue.topic.name": "dlq-out",
+	})
+	h.start()
+	s := settings(t, cfg)
+	var poison []int64 // seqs of the events of id 7 with a value
+	for i := int64(0); i < events; i++ {
+		for _, r := range s.Records(i) {
+			if id, _ := r.Key.(connect.Row).Get("id"); id == int64(7) && r.Value != nil {
+				poison = append(poison, i)
+			}
+		}
+	}
+	total := expectedRecords(s, events)
+	waitFor(t, "the sink to get every other record", func() bool { return distinct(sink.Records()) == total-len(poison) })
+	waitFor(t, "the DLQ to hold the poison records", func() bool {
+		n, _ := log.LatestOffset("dlq-out", 0)
+		return n == int64(len(poison))
+	})
+	h.stop()
+	dlq := log.Records("dlq-out", 0)
+	st, _ := h.rt.Status("out")
+	if st.Tasks[0].State == runtime.StateFailed || st.Tasks[0].Rejected != int64(len(poison)) {
+		t.Fatalf("status %+v: want %d rejected records and no failure", st.Tasks[0], len(poison))
+	}
+	src := log.Records("gen.inventory.customers", 0)
+	for i, d := range dlq {
+		headers := map[string]string{}
+		for _, h := range d.Headers {
+			headers[h.Key] = string(h.Value)
+		}
+		off := headers[runtime.HeaderErrorOffset]
+		orig := src[mustAtoi(t, off)]
+		if string(orig.Key) != string(d.Key) || string(orig.Value) != string(d.Value) {
+			t.Fatalf("DLQ record %d: key %s value %s, want the original %s %s", i, d.Key, d.Value, orig.Key, orig.Value)
+		}
+		want := map[string]string{
+			"__sluice.version":              headers["__sluice.version"],
+			runtime.HeaderErrorTopic:        "gen.inventory.customers",
+			runtime.HeaderErrorPartition:    "0",
+			runtime.HeaderErrorOffset:       off,
+			runtime.HeaderErrorConnector:    "out",
+			runtime.HeaderErrorTask:         "0",
+			runtime.HeaderErrorStage:        "TASK_PUT",
+			runtime.HeaderErrorClass:        "mem",
+			runtime.HeaderErrorExceptionCls: "*errors.errorString",
+			runtime.HeaderErrorMessage:      "document id 7 is poison",
+			runtime.HeaderErrorStacktrace:   "document id 7 is poison",
+		}
+		if diff := cmp.Diff(want, headers); diff != "" {
+			t.Fatalf("DLQ record %d headers (-want +got):\n%s", i, diff)
+		}
+		if headers["__sluice.version"] != string(orig.Headers[0].Value) {
+			t.Fatalf("DLQ record %d lost the version header", i)
+		}
+	}
+}
+
+// Under errors.tolerance=none the poison record fails the task, naming the setting that would
+// skip it, and nothing after it is committed.
+func TestPoisonRecordStopsUnderToleranceNone(t *testing.T) {
+	log := runtimetest.NewLog()
+	sink := runtimetest.NewSink()
+	sink.Hook = poisonHook
+	h := newHarness(t, log, newRegistry(t, sink.Plugin("mem")), nil)
+	h.add("gen", "datagen", datagenConfig(300, 30, 30, "datagen.tables", "customers"))
+	h.add("out", "mem", map[string]string{"topics": "gen.inventory.customers", "errors.deadletterqueue.topic.name": "dlq-out"})
+	h.start()
+	st := h.waitState("out", runtime.StateFailed)
+	trace := st.Tasks[0].Trace
+	for _, want := range []string{
+		"the sink rejected the record at gen.inventory.customers-0 offset ",
+		": document id 7 is poison; to skip such records set errors.tolerance=all (and errors.deadletterqueue.topic.name to keep them)",
+	} {
+		if !strings.Contains(trace, want) {
+			t.Fatalf("trace %q lacks %q", trace, want)
+		}
+	}
+	if _, err := log.Describe("dlq-out"); err == nil {
+		t.Fatal("the DLQ topic was created under errors.tolerance=none")
+	}
+	offs, _ := log.FetchOffsets(runtime.SinkGroup("out"))
+	poisonAt := int64(mustAtoi(t, between(trace, "offset ", ":")))
+	for tp, o := range offs {
+		if tp.Topic == "gen.inventory.customers" && o > poisonAt {
+			t.Fatalf("committed offset %d is past the poison record at %d", o, poisonAt)
+		}
+	}
+}
+
+// A transform that rejects a record on the source side sends it to the DLQ (exactly once,
+// like every source-side append) and the source goes on.
+func TestSourceTransformRejectionGoesToDLQ(t *testing.T) {
+	const events = 200
+	log := runtimetest.NewLog()
+	reject := connect.Plugin{Name: "reject-deletes", Kind: connect.KindTransform,
+		NewTransform: func(connect.Config) (connect.Transform, error) { return rejectDeletes{}, nil }}
+	reg := newRegistry(t, reject)
+	h := newHarness(t, log, reg, func(o *runtime.Options) {
+		o.Chain = func(reg *connect.Registry, cfg map[string]string) (connect.Transform, []connect.FieldError) {
+			if cfg["transforms"] != "rd" || cfg["transforms.rd.type"] != "reject-deletes" {
+				return nil, []connect.FieldError{{Key: "transforms", Message: "test chain: want rd"}}
+			}
+			return rejectDeletes{}, nil
+		}
+	})
+	cfg := datagenConfig(events, 10, 20, "datagen.tables", "customers", "transforms", "rd", "transforms.rd.type", "reject-deletes",
+		"errors.tolerance", "all", "errors.deadletterqueue.topic.name", "gen-dlq")
+	h.add("gen", "datagen", cfg)
+	h.start()
+	waitFor(t, "every event", func() bool {
+		pos, _ := h.rt.SourceOffset(t.Context(), "gen")
+		return string(pos.State) == `{"v":1,"next":200}`
+	})
+	h.stop()
+	s := settings(t, cfg)
+	deletes := 0
+	for i := int64(0); i < events; i++ {
+		if s.Op(i) == connect.OpDelete {
+			deletes++
+		}
+	}
+	dlq := log.Records("gen-dlq", 0)
+	if len(dlq) != deletes {
+		t.Fatalf("DLQ holds %d records, want the %d delete events", len(dlq), deletes)
+	}
+	for _, d := range dlq {
+		var stage, off string
+		for _, h := range d.Headers {
+			switch h.Key {
+			case runtime.HeaderErrorStage:
+				stage = string(h.Value)
+			case runtime.HeaderErrorOffset:
+				off = string(h.Value)
+			}
+		}
+		if stage != "TRANSFORMATION" || off != "-1" {
+			t.Fatalf("DLQ headers %v: want stage TRANSFORMATION and offset -1", d.Headers)
+		}
+	}
+}
+
+type rejectDeletes struct{}
+
+func (rejectDeletes) Apply(r connect.Record) (connect.Record, bool, error) {
+	if ev, err := connect.ParseChangeEvent(r.Value); err == nil && ev.Op == connect.OpDelete {
+		return r, false, errors.New("deletes are not allowed here")
+	}
+	return r, true, nil
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			t.Fatalf("%q is not a number", s)
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+func between(s, a, b string) string {
+	i := strings.Index(s, a)
+	if i < 0 {
+		return ""
+	}
+	s = s[i+len(a):]
+	if j := strings.Index(s, b); j >= 0 {
+		return s[:j]
+	}
+	return s
+}
