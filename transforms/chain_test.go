@@ -1,6 +1,7 @@
 package transforms
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -210,6 +211,30 @@ func TestPluginMetadata(t *testing.T) {
 	for _, k := range []string{"transforms", "predicates", "transforms.unwrap.type", "predicates.p.pattern"} {
 		if _, ok := def.Lookup(k); !ok {
 			t.Errorf("ConfigKeys does not declare %q", k)
+		}
+	}
+}
+
+// README.section.md documents every transform, predicate and option.
+func TestReadmeSectionCoversPlugins(t *testing.T) {
+	b, err := os.ReadFile("README.section.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, p := range registry(t).Plugins(connect.KindTransform, connect.KindPredicate) {
+		if !strings.Contains(doc, "`"+p.Name+"`") {
+			t.Errorf("README.section.md does not document %s", p.Name)
+		}
+		for _, a := range p.Aliases {
+			if !strings.Contains(doc, "`"+a+"`") {
+				t.Errorf("README.section.md does not name the class %s", a)
+			}
+		}
+		for _, k := range p.Config {
+			if !strings.Contains(doc, "`"+k.Name+"`") {
+				t.Errorf("README.section.md does not document %s.%s", p.Name, k.Name)
+			}
 		}
 	}
 }
