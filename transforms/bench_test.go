@@ -1,7 +1,10 @@
 package transforms
 
 import (
+	"fmt"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/sluice-cdc/sluice/connect"
 )
@@ -81,5 +84,37 @@ func TestChainFiveAllocs(t *testing.T) {
 	})
 	if allocs > 7 {
 		t.Errorf("five-transform chain: %.1f allocs per record, want at most 7", allocs)
+	}
+}
+
+// The chain is used by several tasks at once: pooled evaluators and the route memo must not
+// race (run with -race) and results must not depend on interleaving.
+func TestChainConcurrent(t *testing.T) {
+	c := chainOf(t, fiveTransforms)
+	want, _, _ := c.Apply(benchRecord())
+	errs := make(chan string, 4)
+	for g := range 4 {
+		go func() {
+			msg := ""
+			for i := range 500 {
+				r := benchRecord()
+				r.Topic = []string{"a.b.c", "dbserver1.inventory.customers"}[(g+i)%2]
+				out, keep, err := c.Apply(r)
+				if err != nil || !keep {
+					msg = fmt.Sprintf("keep=%v err=%v", keep, err)
+					break
+				}
+				if r.Topic != "a.b.c" && !cmp.Equal(want, out) {
+					msg = cmp.Diff(want, out)
+					break
+				}
+			}
+			errs <- msg
+		}()
+	}
+	for range 4 {
+		if msg := <-errs; msg != "" {
+			t.Error(msg)
+		}
 	}
 }

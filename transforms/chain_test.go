@@ -63,6 +63,12 @@ func TestBuildChainErrors(t *testing.T) {
 				"transforms.f.condition: invalid expression: unexpected token EOF (1:10)",
 				"transforms.g.condition: invalid expression: loops (all, any, filter, map, ...) must not nest",
 			}},
+		{"expression not boolean, topic expression empty", map[string]string{"transforms": "f,c", "transforms.f.type": "filter", "transforms.f.condition": `1 + 2`,
+			"transforms.c.type": "content_router", "transforms.c.topic.expression": " "},
+			[]string{
+				"transforms.c.topic.expression: is required (an expression giving the new topic as a string; null keeps the topic)",
+				"transforms.f.condition: invalid expression: expected bool, but got int",
+			}},
 		{"sluice headers reserved", map[string]string{"transforms": "h,d", "transforms.h.type": "insert_header", "transforms.h.header": "__sluice.version", "transforms.h.value.literal": "1",
 			"transforms.d.type": "drop_headers", "transforms.d.headers": "a,__sluice.unchanged"},
 			[]string{

@@ -318,6 +318,9 @@ func firstLine(s string) string {
 // checkExpr is a ConfigKey.Check for boolean conditions.
 func checkExpr(asBool bool) func(string) error {
 	return func(v string) error {
+		if strings.TrimSpace(v) == "" {
+			return nil // reported as "is required"
+		}
 		_, err := compileExpr(v, asBool)
 		return err
 	}

@@ -240,6 +240,9 @@ func TestExpressions(t *testing.T) {
 		{"filter runtime errors", "filter", map[string]string{"condition": `value.after.status.length > 1`}, []applyCase{
 			{"field of a string", ins, failed(`transform t: filter: evaluate "value.after.status.length > 1": cannot read field length of string (1:20)`)},
 		}},
+		{"filter memory budget", "filter", map[string]string{"condition": `len(1..1000000) > 0`}, []applyCase{
+			{"refused", ins, failed(`transform t: filter: evaluate "len(1..1000000) > 0": memory budget exceeded (1:6)`)},
+		}},
 		{"filter non-boolean result", "filter", map[string]string{"condition": `value.after.status`}, []applyCase{
 			{"string", ins, failed(`transform t: filter: evaluate "value.after.status": want a boolean, got string`)},
 		}},
