@@ -26,7 +26,7 @@ vet:
 
 # Packages with concurrency also run under the race detector.
 race:
-	$(GO) test -race $(TEST_FLAGS) ./connect/...
+	$(GO) test -race $(TEST_FLAGS) ./connect/... ./transforms/...
 
 test: setup vet
 	$(GO) test -p $(TEST_P) $(TEST_FLAGS) $(PKGS)

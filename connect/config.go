@@ -247,10 +247,17 @@ func editDistance(a, b string) int {
 }
 
 func (k ConfigKey) validate(v string) error {
+	blank := strings.TrimSpace(v) == ""
+	if blank && k.Required {
+		return nil // reported once, as "is required"
+	}
 	if err := checkType(k.Type, v, k.IsSecret()); err != nil {
 		return err
 	}
-	if len(k.Enum) > 0 && v != "" {
+	if blank {
+		return nil
+	}
+	if len(k.Enum) > 0 {
 		ok := false
 		for _, e := range k.Enum {
 			if strings.EqualFold(e, strings.TrimSpace(v)) {
@@ -262,7 +269,7 @@ func (k ConfigKey) validate(v string) error {
 			return fmt.Errorf("must be one of %s (got %q)", strings.Join(k.Enum, ", "), v)
 		}
 	}
-	if k.Check != nil && v != "" {
+	if k.Check != nil {
 		return k.Check(v)
 	}
 	return nil

@@ -190,3 +190,14 @@ func TestRowHelpers(t *testing.T) {
 		t.Fatal("IsTombstone")
 	}
 }
+
+func TestConfigBlankValues(t *testing.T) {
+	_, errs := testDef.Parse(map[string]string{"database.hostname": "  ", "snapshot.mode": " ", "database.port": ""})
+	want := []FieldError{
+		{"database.hostname", "is required (the MySQL server's host name)"},
+		{"database.port", `must be an integer (got "")`},
+	}
+	if diff := cmp.Diff(want, errs); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}
