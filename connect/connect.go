@@ -90,3 +90,22 @@ type Store interface {
 	// Scan calls fn for every stored entry in the order they were appended.
 	Scan(ctx context.Context, fn func(key, value []byte) error) error
 }
+
+// Rebuilder is an optional capability of a Sink (discovered by type assertion): rebuilding
+// the view from the log without downtime. The runtime rebuilds as follows:
+//
+//  1. BeginRebuild returns a second sink that writes into a fresh view (e.g. a new versioned
+//     index behind an alias) while the live sink keeps serving and writing the current one.
+//  2. The runtime replays every record of the connector's topics from the earliest offset
+//     into the rebuilt sink, catching up with the live sink's position.
+//  3. It pauses the live task at its position, drains the replay to exactly that position,
+//     and calls FinishRebuild, which switches readers and the live sink to the rebuilt view
+//     atomically and drops the old one; then the live task resumes.
+//
+// AbortRebuild discards the rebuilt view (on error or cancellation); the live view is
+// untouched. The rebuilt sink is Opened, written and Closed by the runtime like any sink.
+type Rebuilder interface {
+	BeginRebuild(ctx context.Context) (Sink, error)
+	FinishRebuild(ctx context.Context, rebuilt Sink) error
+	AbortRebuild(ctx context.Context, rebuilt Sink) error
+}
