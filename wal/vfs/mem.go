@@ -320,8 +320,11 @@ func (m *Mem) SyncDir(name string) error {
 	if !m.dirs[name] {
 		return &fs.PathError{Op: "syncdir", Path: name, Err: fs.ErrNotExist}
 	}
-	if m.syncErr != nil {
-		if err := m.syncErr(name); err != nil {
+	if hook := m.syncErr; hook != nil {
+		m.mu.Unlock()
+		err := hook(name)
+		m.mu.Lock()
+		if err != nil {
 			return err
 		}
 	}
@@ -454,8 +457,16 @@ func (f *memFile) Sync() error {
 	if err := f.check("sync"); err != nil {
 		return err
 	}
-	if f.m.syncErr != nil {
-		if err := f.m.syncErr(f.name); err != nil {
+	// The hook runs unlocked so that it may block; what is durable is
+	// what was written when it returns.
+	if hook := f.m.syncErr; hook != nil {
+		f.m.mu.Unlock()
+		err := hook(f.name)
+		f.m.mu.Lock()
+		if err != nil {
+			return err
+		}
+		if err := f.check("sync"); err != nil {
 			return err
 		}
 	}
