@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/wal"
 )
 
 // Runtime-level connector keys: what every connector accepts besides its plugin's own keys.
@@ -215,11 +216,9 @@ func Check(reg *connect.Registry, build ChainBuilder, name, class string, raw ma
 	def := DefFor(p)
 	cfg, ferrs := def.Parse(raw)
 	errs = append(errs, ferrs...)
-	if len(ferrs) == 0 {
-		errs = append(errs, crossCheck(name, p, cfg)...)
-		if p.Validate != nil {
-			errs = append(errs, p.Validate(cfg)...)
-		}
+	errs = append(errs, crossCheck(name, p, cfg, ferrs)...)
+	if len(ferrs) == 0 && p.Validate != nil {
+		errs = append(errs, p.Validate(cfg)...)
 	}
 	var chain connect.Transform
 	if len(cfg.List(KeyTransforms)) > 0 || len(cfg.List(KeyPredicates)) > 0 {
@@ -238,7 +237,15 @@ func Check(reg *connect.Registry, build ChainBuilder, name, class string, raw ma
 	return Checked{Name: name, Plugin: p, Config: cfg, Chain: chain}, nil
 }
 
-func crossCheck(name string, p connect.Plugin, cfg connect.Config) []connect.FieldError {
+// crossCheck applies the runtime's rules that span keys; keys that failed their own checks
+// (bad) are left out.
+func crossCheck(name string, p connect.Plugin, cfg connect.Config, bad []connect.FieldError) []connect.FieldError {
+	for _, fe := range bad {
+		switch fe.Key {
+		case KeyName, KeyTopics, KeyTopicsRegex, KeyDLQTopic:
+			return nil
+		}
+	}
 	var errs []connect.FieldError
 	if n := cfg.String(KeyName); n != "" && n != name {
 		errs = append(errs, connect.FieldError{Key: KeyName, Message: fmt.Sprintf("is %q but the connector is named %q", n, name)})
@@ -283,4 +290,35 @@ func less(a, b connect.FieldError) bool {
 		return a.Key < b.Key
 	}
 	return a.Message < b.Message
+}
+
+// Checker validates pipeline configurations with the runtime's definitions; it implements
+// config.Checker.
+type Checker struct {
+	Registry *connect.Registry
+	Chain    ChainBuilder
+}
+
+// CheckConnector validates one connector; see Check.
+func (c Checker) CheckConnector(name, class string, config map[string]string) []connect.FieldError {
+	_, errs := Check(c.Registry, c.Chain, name, class, config)
+	return errs
+}
+
+// CheckTopicConfig validates Kafka-named topic settings as the log reads them.
+func (c Checker) CheckTopicConfig(config map[string]string) []connect.FieldError {
+	_, err := wal.ParseTopicConfig(wal.DefaultTopicConfig(), config)
+	if err == nil {
+		return nil
+	}
+	var errs []connect.FieldError
+	for _, line := range strings.Split(err.Error(), "\n") {
+		key, msg, ok := strings.Cut(line, ": ")
+		if !ok {
+			key, msg = "", line
+		}
+		errs = append(errs, connect.FieldError{Key: key, Message: msg})
+	}
+	sortFieldErrors(errs)
+	return errs
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -169,14 +170,23 @@ func (rt *Runtime) Add(spec ConnectorSpec) error {
 	if len(errs) > 0 {
 		return &ConfigError{Connector: spec.Name, Errors: errs}
 	}
-	display := spec.Display
-	if display == nil {
-		display = chk.Config.Redacted()
+	// What status and API output show: the configuration as written, placeholders kept and
+	// secrets written inline redacted.
+	display := map[string]string{}
+	shown := spec.Display
+	if shown == nil {
+		shown = spec.Config
+	}
+	for k, v := range shown {
+		if chk.Config.Def().IsSecret(k) && !strings.Contains(v, "${") {
+			v = connect.Redacted
+		}
+		display[k] = v
 	}
 	c := &connector{
 		rt:      rt,
 		Checked: chk,
-		display: maps.Clone(display),
+		display: display,
 		logger:  rt.logger.With("connector", spec.Name, "task", 0),
 		target:  StateRunning,
 		task:    StateUnassigned,
