@@ -8,11 +8,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A missing server program fails the start with the command that installs it; nothing is
@@ -106,33 +109,61 @@ func TestPortTakenRetries(t *testing.T) {
 	}
 }
 
-// helperEnv makes the test binary a helper process that starts servers, prints their pids and
-// dirs, and waits to be killed.
+// helperEnv makes the test binary a helper process that starts servers (its value lists their
+// kinds, comma-separated), prints their pids and dirs, and waits to be killed.
 const helperEnv = "SLUICE_HARNESS_TEST_HELPER"
 
 func helperMain() {
 	ctx := context.Background()
-	r, err := StartRedis(ctx, RedisOptions{})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
+	for _, kind := range strings.Split(os.Getenv(helperEnv), ",") {
+		var s *Server
+		var err error
+		switch kind {
+		case "mariadb":
+			var m *MariaDB
+			m, err = StartMariaDB(ctx, MariaDBOptions{})
+			s = serverOf(m, err)
+		case "postgres":
+			var pg *Postgres
+			pg, err = StartPostgres(ctx, PostgresOptions{})
+			s = serverOf(pg, err)
+		case "redis":
+			var r *Redis
+			r, err = StartRedis(ctx, RedisOptions{})
+			s = serverOf(r, err)
+		case "elasticsearch":
+			var es *Elasticsearch
+			es, err = StartElasticsearch(ctx, ElasticsearchOptions{})
+			s = serverOf(es, err)
+		case "kafka":
+			var k *Kafka
+			k, err = StartKafka(ctx, KafkaOptions{})
+			s = serverOf(k, err)
+		default:
+			err = fmt.Errorf("unknown server kind %q", kind)
+		}
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		fmt.Println("server", s.PID(), s.Dir())
 	}
-	pg, err := StartPostgres(ctx, PostgresOptions{})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	fmt.Println("server", r.PID(), r.Dir())
-	fmt.Println("server", pg.PID(), pg.Dir())
 	fmt.Println("ready")
 	select {}
+}
+
+func serverOf[T interface{ server() *Server }](s T, err error) *Server {
+	if err != nil {
+		return nil
+	}
+	return s.server()
 }
 
 // A test binary killed with SIGKILL (no cleanup runs) leaves no server running: each server
 // gets SIGKILL when its parent dies. The next harness start removes the dirs left behind.
 func TestKilledTestBinaryLeavesNoServer(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	cmd.Env = append(os.Environ(), helperEnv+"=redis,postgres")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +210,21 @@ func TestKilledTestBinaryLeavesNoServer(t *testing.T) {
 			t.Fatalf("dir %s of the killed helper: %v, want it still there before cleanup", s.dir, err)
 		}
 	}
+	var shmIDs []int
+	for _, s := range servers {
+		if id := pgShmID(s.dir); id >= 0 {
+			shmIDs = append(shmIDs, id)
+		}
+	}
+	if len(shmIDs) == 0 {
+		t.Fatal("no System V segment recorded by the killed postgres")
+	}
 	removeStale(os.TempDir())
+	for _, id := range shmIDs {
+		if _, err := unix.SysvShmCtl(id, unix.IPC_STAT, &unix.SysvShmDesc{}); err == nil {
+			t.Errorf("System V segment %d of the killed postgres still exists", id)
+		}
+	}
 	for _, s := range servers {
 		if _, err := os.Stat(s.dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("stale dir %s after removeStale: %v, want it removed", s.dir, err)
@@ -188,4 +233,25 @@ func TestKilledTestBinaryLeavesNoServer(t *testing.T) {
 			t.Errorf("processes %v still in %s", left, s.dir)
 		}
 	}
+}
+
+// pgShmID reads the System V segment id from a PostgreSQL data dir's postmaster.pid, -1 if none.
+func pgShmID(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid"))
+	if err != nil {
+		return -1
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 7 {
+		return -1
+	}
+	f := strings.Fields(lines[6])
+	if len(f) != 2 {
+		return -1
+	}
+	id, err := strconv.Atoi(f[1])
+	if err != nil {
+		return -1
+	}
+	return id
 }

@@ -157,7 +157,7 @@ func ownerAlive(dir string) bool {
 		return false
 	}
 	st, err := procStartTime(pid)
-	return err == nil && st == f[1]
+	return err == nil && st == f[1] && alive(pid)
 }
 
 // processesIn lists the processes whose working dir is inside dir or whose command line

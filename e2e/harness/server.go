@@ -51,6 +51,8 @@ func newServer(kind, dir string) *Server {
 	}
 }
 
+func (s *Server) server() *Server { return s }
+
 // Dir is the server's private state dir (data, config, server.log); Close removes it.
 func (s *Server) Dir() string { return s.dir }
 

@@ -134,23 +134,44 @@ ln -sfn "kafka-$KAFKA_VERSION" "$CACHE/kafka"
 # it. When that process is gone, the dir and every process whose command line names it are
 # leftovers of a killed test run.
 tmp_root="${TMPDIR:-/tmp}"
+stale=()
 for d in "$tmp_root"/sluice-harness-*; do
   [ -d "$d" ] || continue
   read -r opid ostart < "$d/owner" 2>/dev/null || { opid=""; ostart=""; }
+  # alive = same pid, same start time (not a later process reusing the pid), not a zombie
   if [ -n "$opid" ] && [ -r "/proc/$opid/stat" ] \
-     && [ "$(sed 's/.*) //' "/proc/$opid/stat" 2>/dev/null | awk '{print $20}')" = "$ostart" ]; then
+     && [ "$(sed 's/.*) //' "/proc/$opid/stat" 2>/dev/null | awk '$1 != "Z" {print $20}')" = "$ostart" ]; then
     continue # owner still running
   fi
   # an 'owner' file not yet written: a harness in the middle of creating the dir
   if [ -z "$opid" ] && [ "$(( $(date +%s) - $(stat -c %Y "$d") ))" -lt 60 ]; then continue; fi
-  for p in /proc/[0-9]*; do
-    if tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -qF -- "$d"; then
-      log "killing leftover server pid ${p#/proc/} in $d"
-      kill -KILL "${p#/proc/}" 2>/dev/null || true
-    fi
-  done
-  log "removing stale $d"
-  rm -rf "$d"
+  stale+=("$d")
 done
+if [ "${#stale[@]}" -gt 0 ]; then
+  for p in /proc/[0-9]*; do
+    pid="${p#/proc/}"
+    [ "$pid" = "$$" ] && continue
+    cwd="$(readlink "$p/cwd" 2>/dev/null || true)"
+    cmd="$(tr '\0' ' ' 2>/dev/null < "$p/cmdline" || true)"
+    for d in "${stale[@]}"; do
+      if [ "$cwd" = "$d" ] || [[ "$cwd" == "$d/"* ]] || [[ "$cmd" == *"$d"* ]]; then
+        log "killing leftover server pid $pid in $d"
+        kill -KILL "$pid" 2>/dev/null || true
+      fi
+    done
+  done
+  for d in "${stale[@]}"; do
+    # a killed postmaster leaves its System V segment behind: line 7 of postmaster.pid is
+    # "<key> <id>"; remove it when nothing is attached
+    if [ -f "$d/data/postmaster.pid" ]; then
+      shmid="$(sed -n 7p "$d/data/postmaster.pid" | awk '{print $2}')"
+      if [ -n "$shmid" ] && ipcs -m -i "$shmid" 2>/dev/null | grep -q 'nattch=0'; then
+        ipcrm -m "$shmid" 2>/dev/null || true
+      fi
+    fi
+    log "removing stale $d"
+    rm -rf "$d"
+  done
+fi
 
 log "ready (cache $CACHE)"
