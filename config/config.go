@@ -38,8 +38,8 @@ type Pipeline struct {
 
 // LogSettings are the log's settings (the "log" section).
 type LogSettings struct {
-	// Dir is the log's data directory, made absolute (a relative dir is relative to the
-	// file that sets it).
+	// Dir is the log's data directory, made absolute (relative to the working directory,
+	// like every relative path in a pipeline).
 	Dir string
 	// Fsync is FsyncAlways or FsyncUnsafeNever.
 	Fsync string
@@ -439,7 +439,6 @@ func (d *decoder) log(n ast.Node, l *LogSettings) {
 	if !ok {
 		return
 	}
-	dir := filepath.Dir(d.file)
 	for _, e := range entries {
 		path := "log." + e.key
 		l.keys[e.key] = d.pos(e.keyN)
@@ -457,7 +456,7 @@ func (d *decoder) log(n ast.Node, l *LogSettings) {
 			case filepath.IsAbs(v):
 				l.Dir = filepath.Clean(v)
 			default:
-				abs, err := filepath.Abs(filepath.Join(dir, v))
+				abs, err := filepath.Abs(v)
 				if err != nil {
 					d.errorf(e.value, path, "%v", err)
 					continue

@@ -31,8 +31,9 @@ func TestLoadDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := filepath.Join(dir, "data"); p.Log.Dir != want || p.Log.Fsync != config.FsyncUnsafeNever {
-		t.Fatalf("log %+v, want dir %s relative to its file", p.Log, want)
+	wd, _ := os.Getwd()
+	if want := filepath.Join(wd, "data"); p.Log.Dir != want || p.Log.Fsync != config.FsyncUnsafeNever {
+		t.Fatalf("log %+v, want dir %s relative to the working directory", p.Log, want)
 	}
 	var names []string
 	for _, c := range p.Connectors {

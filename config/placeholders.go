@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -14,7 +13,7 @@ import (
 //	${env:NAME}          the environment variable NAME (must be set)
 //	${file:/path:key}    key of the properties file at /path (Kafka's FileConfigProvider
 //	                     format: key=value or key: value lines, # and ! comments); a relative
-//	                     path is relative to the pipeline file
+//	                     path is relative to the working directory
 //
 // A value may mix text and placeholders ("jdbc:mysql://${env:DB_HOST}:3306"). Resolved values
 // are secrets: they are never shown, in errors or elsewhere.
@@ -102,7 +101,7 @@ type resolver struct {
 	errs  map[string]error
 }
 
-func (r *resolver) resolve(v, baseDir string) (string, bool, error) {
+func (r *resolver) resolve(v string) (string, bool, error) {
 	phs, err := scan(v)
 	if err != nil || len(phs) == 0 {
 		return v, false, err
@@ -120,11 +119,7 @@ func (r *resolver) resolve(v, baseDir string) (string, bool, error) {
 			}
 			b.WriteString(val)
 		case "file":
-			path := ph.path
-			if !filepath.IsAbs(path) {
-				path = filepath.Join(baseDir, path)
-			}
-			props, err := r.file(path)
+			props, err := r.file(ph.path)
 			if err != nil {
 				return "", true, fmt.Errorf("${file:%s:%s}: %w", ph.path, ph.key, err)
 			}
@@ -195,7 +190,7 @@ func (p *Pipeline) Resolve(env Env) error {
 				continue
 			}
 			pos := c.keys[k]
-			out, had, err := r.resolve(v, filepath.Dir(pos.File))
+			out, had, err := r.resolve(v)
 			if err != nil {
 				errs = append(errs, Error{File: pos.File, Line: pos.Line, Col: pos.Col, Path: c.Path() + ".config." + k, Msg: err.Error()})
 				continue

@@ -1,19 +1,357 @@
-// Command sluice runs change-data-capture pipelines: see README.md.
+// Command sluice runs change-data-capture pipelines; see README.md.
+//
+//	sluice run -c pipeline.yaml         run the pipeline until SIGTERM / SIGINT
+//	sluice validate -c pipeline.yaml    check the pipeline, print every problem (exit 1 if any)
+//	sluice topics list -c pipeline.yaml
+//	sluice topics tail <topic> [--from-beginning] [--partition N] [--max-messages N] -c pipeline.yaml
+//	sluice version
+//
+// Exit codes: 0 success, 1 failure (invalid pipeline, log or runtime error), 2 usage error.
 package main
 
 import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluice-cdc/sluice/config"
+	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/connect/runtime"
+	"github.com/sluice-cdc/sluice/sinks/file"
+	"github.com/sluice-cdc/sluice/sources/datagen"
+	"github.com/sluice-cdc/sluice/transforms"
+	"github.com/sluice-cdc/sluice/wal"
+	"github.com/sluice-cdc/sluice/wal/vfs"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
 
-func main() {
-	if len(os.Args) > 1 && os.Args[1] == "version" {
-		fmt.Printf("sluice %s\n", version)
-		return
+const usage = `usage:
+  sluice run -c PIPELINE [-c PIPELINE...] [--log-format text|json] [--log-level LEVEL]
+  sluice validate -c PIPELINE [-c PIPELINE...]
+  sluice topics list (-c PIPELINE | --log-dir DIR)
+  sluice topics tail TOPIC [--from-beginning] [--partition N] [--max-messages N] (-c PIPELINE | --log-dir DIR)
+  sluice version
+PIPELINE is a YAML file or a directory of them.
+`
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// usageError is a bad command line: exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
 	}
-	fmt.Fprintln(os.Stderr, "usage: sluice version")
-	os.Exit(2)
+	var err error
+	switch args[0] {
+	case "run":
+		err = cmdRun(args[1:], stderr)
+	case "validate":
+		err = cmdValidate(args[1:], stdout)
+	case "topics":
+		err = cmdTopics(args[1:], stdout)
+	case "version", "--version":
+		fmt.Fprintf(stdout, "sluice %s\n", version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		err = usageError{fmt.Sprintf("unknown command %q", args[0])}
+	}
+	var ue usageError
+	var ce config.Errors
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "sluice: %s\n%s", ue.msg, usage)
+		return 2
+	case errors.As(err, &ce):
+		for _, e := range ce {
+			fmt.Fprintln(stderr, e.Error())
+		}
+		fmt.Fprintf(stderr, "sluice: %d problem(s) in the pipeline\n", len(ce))
+		return 1
+	default:
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return 1
+	}
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// parse parses flags and positional arguments in any order.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usageError{err.Error()}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func registry() (*connect.Registry, error) {
+	plugins := []connect.Plugin{datagen.Plugin(), file.Plugin()}
+	plugins = append(plugins, transforms.Plugins()...)
+	return connect.NewRegistry(plugins...)
+}
+
+func chainBuilder(reg *connect.Registry, cfg map[string]string) (connect.Transform, []connect.FieldError) {
+	ch, errs := transforms.BuildChain(reg, cfg)
+	if ch == nil {
+		return nil, errs
+	}
+	return ch, errs
+}
+
+func openPipeline(paths []string) (*config.Pipeline, *connect.Registry, error) {
+	if len(paths) == 0 {
+		return nil, nil, usageError{"-c PIPELINE is required"}
+	}
+	reg, err := registry()
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := config.Open(paths, nil, runtime.Checker{Registry: reg, Chain: chainBuilder})
+	return p, reg, err
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", level)}
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageError{fmt.Sprintf("--log-format %q: want text or json", format)}
+}
+
+func walOptions(p *config.Pipeline, logger *slog.Logger) (wal.Options, error) {
+	topic, err := wal.ParseTopicConfig(wal.DefaultTopicConfig(), p.Log.Topic)
+	if err != nil {
+		return wal.Options{}, err
+	}
+	topic.Partitions = p.Log.Partitions
+	opts := wal.Options{Logger: logger, TopicDefaults: topic}
+	if p.Log.Fsync == config.FsyncUnsafeNever {
+		opts.Fsync = wal.UnsafeFsyncNever
+	}
+	return opts, nil
+}
+
+func openLog(dir string, opts wal.Options) (*wal.Log, error) {
+	l, err := wal.Open(dir, opts)
+	if errors.Is(err, vfs.ErrLocked) {
+		return nil, fmt.Errorf("%w (another sluice process is using this log; stop it first)", err)
+	}
+	return l, err
+}
+
+func cmdRun(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var paths stringList
+	fs.Var(&paths, "c", "pipeline file or directory (repeatable)")
+	format := fs.String("log-format", "text", "log format: text or json")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "graceful stop timeout")
+	if pos, err := parse(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
+	}
+	logger, err := newLogger(stderr, *format, *level)
+	if err != nil {
+		return err
+	}
+	p, reg, err := openPipeline(paths)
+	if err != nil {
+		return err
+	}
+	wopts, err := walOptions(p, logger.With("component", "wal"))
+	if err != nil {
+		return err
+	}
+	if p.Log.Fsync == config.FsyncUnsafeNever {
+		logger.Warn("log.fsync is unsafe-never: a machine crash loses acknowledged records")
+	}
+	log, err := openLog(p.Log.Dir, wopts)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	host, _ := os.Hostname()
+	rt, err := runtime.New(runtime.Options{
+		Log: log, Registry: reg, Chain: chainBuilder, Logger: logger,
+		WorkerID: host, TopicDefaults: wopts.TopicDefaults, ShutdownTimeout: *shutdown,
+	})
+	if err != nil {
+		return err
+	}
+	for _, c := range p.Connectors {
+		if err := rt.Add(runtime.ConnectorSpec{Name: c.Name, Class: c.Class, Config: c.Resolved(), Display: c.Config}); err != nil {
+			return err
+		}
+	}
+	if len(p.Connectors) == 0 {
+		logger.Warn("the pipeline has no connectors")
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	go func() {
+		sig := <-sigs
+		logger.Info("signal received; stopping gracefully (send it again to force)", "signal", sig.String())
+		stop()
+		sig = <-sigs
+		logger.Warn("second signal; abandoning in-flight work", "signal", sig.String())
+		rt.Abort()
+	}()
+
+	logDone := make(chan error, 1)
+	go func() { logDone <- log.Run(ctx) }()
+	logger.Info("sluice running", "version", version, "log_dir", p.Log.Dir, "connectors", len(p.Connectors))
+	runErr := rt.Run(ctx)
+	stop()
+	if err := <-logDone; err != nil && runErr == nil {
+		runErr = err
+	}
+	if err := log.Close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("close log: %w", err)
+	}
+	if runErr == nil {
+		logger.Info("sluice stopped")
+	}
+	return runErr
+}
+
+func cmdValidate(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	var paths stringList
+	fs.Var(&paths, "c", "pipeline file or directory (repeatable)")
+	if pos, err := parse(fs, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
+	}
+	p, reg, err := openPipeline(paths)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: OK, log.dir %s, %d connector(s)\n", strings.Join(p.Files, ", "), p.Log.Dir, len(p.Connectors))
+	for _, c := range p.Connectors {
+		class := c.Class
+		if class == "" {
+			class = c.Config[runtime.KeyClass]
+		}
+		pl, _ := reg.Lookup(class, connect.KindSource, connect.KindSink)
+		fmt.Fprintf(stdout, "  %s: %s %s\n", c.Name, pl.Name, pl.Kind)
+	}
+	return nil
+}
+
+func cmdTopics(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"topics: want list or tail"}
+	}
+	fs := flag.NewFlagSet("topics", flag.ContinueOnError)
+	var paths stringList
+	fs.Var(&paths, "c", "pipeline file or directory (for log.dir)")
+	dir := fs.String("log-dir", "", "the log's directory")
+	fromBeginning := fs.Bool("from-beginning", false, "start at the oldest record instead of the end")
+	partition := fs.Int("partition", -1, "read only this partition")
+	maxMessages := fs.Int("max-messages", 0, "stop after this many records")
+	pos, err := parse(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if *dir == "" {
+		p, _, err := openPipeline(paths)
+		if err != nil {
+			return err
+		}
+		*dir = p.Log.Dir
+	}
+	switch args[0] {
+	case "list":
+		if len(pos) > 0 {
+			return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
+		}
+		log, err := openLog(*dir, wal.Options{})
+		if err != nil {
+			return err
+		}
+		defer log.Close()
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tRECORDS\tCLEANUP")
+		for _, name := range log.Topics() {
+			info, err := log.Describe(name)
+			if err != nil {
+				return err
+			}
+			var n int64
+			for _, p := range info.Partitions {
+				n += p.HighWatermark - p.LogStartOffset
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", name, len(info.Partitions), n, info.Config.Map()["cleanup.policy"])
+		}
+		return tw.Flush()
+	case "tail":
+		if len(pos) != 1 {
+			return usageError{"topics tail: want one TOPIC"}
+		}
+		log, err := openLog(*dir, wal.Options{})
+		if err != nil {
+			return err
+		}
+		defer log.Close()
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		w := bufio.NewWriter(stdout)
+		defer w.Flush()
+		return runtime.Tail(ctx, log, pos[0], runtime.TailOptions{
+			FromBeginning: *fromBeginning, Partition: int32(*partition), Max: *maxMessages, Follow: true,
+		}, func(line []byte) error {
+			w.Write(line)
+			w.WriteByte('\n')
+			if w.Buffered() > 0 && *maxMessages == 0 {
+				return w.Flush()
+			}
+			return nil
+		})
+	}
+	return usageError{fmt.Sprintf("topics: unknown subcommand %q", args[0])}
 }
