@@ -44,11 +44,11 @@ func TestKafkaSmoke(t *testing.T) {
 	kafkaProduceConsume(t, sharedKafka(t), "smoke", "k1", "alpha")
 }
 
-// A killed broker starts again on the same address with its topics and records.
+// A stopped or killed broker starts again on the same address with its topics and records.
 func TestKafkaRestart(t *testing.T) {
 	k := sharedKafka(t)
 	kafkaProduceConsume(t, k, "restart", "k7", "seven")
-	checkKill(t, k.Server, k.Bootstrap, func(t *testing.T) {
+	check := func(t *testing.T) {
 		ctx := testCtx(t)
 		cl, err := kgo.NewClient(kgo.SeedBrokers(k.Bootstrap()), kgo.ConsumeTopics("restart"),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -68,5 +68,7 @@ func TestKafkaRestart(t *testing.T) {
 				return
 			}
 		}
-	})
+	}
+	checkRestart(t, k.Server, k.Bootstrap, check)
+	checkKill(t, k.Server, k.Bootstrap, check)
 }

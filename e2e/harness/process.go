@@ -237,8 +237,10 @@ type proc struct {
 
 // spawn starts argv as the leader of a new process group, with stdout and stderr appended to
 // logPath. The child gets SIGKILL when the test process dies (Pdeathsig), so a killed test
-// binary leaves no server running; grandchildren are handled by each server (they exit when
-// their parent does) and by removeStale.
+// binary leaves no server running; grandchildren exit with their parent (PostgreSQL's
+// backends, Elasticsearch's server JVM whose stdin is the launcher's pipe), and removeStale
+// catches the rest. (Pdeathsig fires when the forking OS thread exits; the Go runtime keeps
+// its threads unless a goroutine exits while locked to one, which tests do not do.)
 func spawn(argv []string, dir string, env []string, cred *syscall.Credential, logPath string, stopSig syscall.Signal) (*proc, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
