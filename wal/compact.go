@@ -64,6 +64,8 @@ type CompactionStats struct {
 // Offsets never change: records keep their offsets, batches their headers.
 func (p *partition) compact(ctx context.Context) (CompactionStats, error) {
 	var st CompactionStats
+	p.maintMu.Lock()
+	defer p.maintMu.Unlock()
 	p.mu.Lock()
 	if p.closed || p.failed != nil || len(p.segs) < 2 {
 		p.mu.Unlock()
@@ -297,25 +299,22 @@ func (p *partition) rewriteSegment(s *segment, keys map[string]int64, lastBatch 
 }
 
 // swapSegment replaces s by the cleaned file; see compact for the protocol.
+// The renames run under maintMu only (retention and compaction are the only
+// other users of sealed segment files); mu and filesMu are held just to
+// switch the segment and close the old file.
 func (p *partition) swapSegment(s, ns *segment, cleanedPath string) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		p.fs.Remove(cleanedPath)
-		return ErrClosed
-	}
-	idx := -1
-	for i, x := range p.segs {
-		if x == s {
-			idx = i
+	idx := p.segIndex(s)
+	closed := p.closed
+	p.mu.Unlock()
+	if closed || idx < 0 {
+		// Closed, or the segment was deleted meanwhile: drop the output.
+		err := p.fs.Remove(cleanedPath)
+		if closed {
+			err = errors.Join(err, ErrClosed)
 		}
+		return err
 	}
-	if idx < 0 || idx == len(p.segs)-1 {
-		// Deleted by retention meanwhile.
-		return p.fs.Remove(cleanedPath)
-	}
-	p.filesMu.Lock()
-	defer p.filesMu.Unlock()
 	swapPath := strings.TrimSuffix(cleanedPath, ".cleaned") + ".swap"
 	steps := []func() error{
 		func() error { return removeIfExists(p.fs, s.indexPath()) },
@@ -325,25 +324,51 @@ func (p *partition) swapSegment(s, ns *segment, cleanedPath string) error {
 		func() error { return p.fs.Rename(swapPath, s.path) },
 		func() error { return p.fs.SyncDir(p.dir) },
 	}
+	fail := func(err error) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.fail(fmt.Errorf("swap compacted segment %s: %w", s.path, err))
+	}
 	for _, step := range steps {
 		if err := step(); err != nil {
-			return p.fail(fmt.Errorf("swap compacted segment %s: %w", s.path, err))
+			return fail(err)
 		}
 	}
 	f, err := p.fs.Open(s.path)
 	if err != nil {
-		return p.fail(fmt.Errorf("swap compacted segment %s: %w", s.path, err))
+		return fail(err)
 	}
-	s.f.Close()
 	ns.f = f
 	ns.next = s.next
-	if err := ns.writeIndexes(p.fs, p.dir); err != nil {
-		p.l.logger.Warn("index write after compaction failed; it will be rebuilt", "segment", s.path, "err", err)
+	p.mu.Lock()
+	p.filesMu.Lock()
+	if idx = p.segIndex(s); idx >= 0 {
+		segs := append([]*segment(nil), p.segs...)
+		segs[idx] = ns
+		p.segs = segs
+		s.f.Close()
+	} else {
+		f.Close() // closed meanwhile
 	}
-	segs := append([]*segment(nil), p.segs...)
-	segs[idx] = ns
-	p.segs = segs
+	p.filesMu.Unlock()
+	p.mu.Unlock()
+	if idx >= 0 {
+		if err := ns.writeIndexes(p.fs, p.dir); err != nil {
+			p.l.logger.Warn("index write after compaction failed; it will be rebuilt", "segment", s.path, "err", err)
+		}
+	}
 	return nil
+}
+
+// segIndex returns the position of s among the sealed segments, or -1.
+// Caller holds mu.
+func (p *partition) segIndex(s *segment) int {
+	for i, x := range p.segs[:len(p.segs)-1] {
+		if x == s {
+			return i
+		}
+	}
+	return -1
 }
 
 func removeIfExists(fsys vfs.FS, name string) error {

@@ -55,12 +55,12 @@ func TestGoldenBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	type hdr struct {
-		Base, TS, MaxTS, PID       int64
-		Epoch                      int16
-		Seq, Count, LastDelta      int32
-		Term, Index                uint64
-		Horizon                    int64
-		SourcePos                  string
+		Base, TS, MaxTS, PID  int64
+		Epoch                 int16
+		Seq, Count, LastDelta int32
+		Term, Index           uint64
+		Horizon               int64
+		SourcePos             string
 	}
 	got := hdr{h.baseOffset, h.baseTimestamp, h.maxTimestamp, h.producerID, h.producerEpoch, h.baseSequence,
 		h.recordCount, h.lastOffsetDelta, h.term, h.index, h.deleteHorizon, string(h.sourcePos)}

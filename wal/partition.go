@@ -45,6 +45,9 @@ type partition struct {
 	cleanedTo int64
 
 	filesMu sync.RWMutex
+	// maintMu serialises retention and compaction, the only writers of
+	// sealed segment files.
+	maintMu sync.Mutex
 	bufs    sync.Pool // *batchBuilder
 }
 
@@ -100,6 +103,9 @@ func openPartition(l *Log, topic string, id int32, dir string, cfg TopicConfig) 
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 	bases = dedupe(bases)
+	if err := p.removeOrphanIndexes(names, bases); err != nil {
+		return nil, err
+	}
 	if len(bases) == 0 {
 		seg, err := p.createSegment(0)
 		if err != nil {
@@ -128,6 +134,29 @@ func openPartition(l *Log, topic string, id int32, dir string, cfg TopicConfig) 
 		return nil, err
 	}
 	return p, nil
+}
+
+// removeOrphanIndexes removes index files whose segment is gone.
+func (p *partition) removeOrphanIndexes(names []string, bases []int64) error {
+	have := make(map[int64]bool, len(bases))
+	for _, b := range bases {
+		have[b] = true
+	}
+	for _, n := range names {
+		stem, ok := strings.CutSuffix(n, ".timeindex")
+		if !ok {
+			stem, ok = strings.CutSuffix(n, ".index")
+		}
+		if !ok {
+			continue
+		}
+		if base, ok := parseSegmentName(stem + ".log"); ok && !have[base] {
+			if err := removeIfExists(p.fs, filepath.Join(p.dir, n)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func dedupe(s []int64) []int64 {

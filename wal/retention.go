@@ -38,6 +38,8 @@ func (l *Log) allPartitions() []*partition {
 
 // enforceRetention returns how many segments it deleted.
 func (p *partition) enforceRetention(now int64) (int, error) {
+	p.maintMu.Lock()
+	defer p.maintMu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.failed != nil {

@@ -1,0 +1,194 @@
+// Package wal is sluice's embedded log: Kafka's model (topics, partitions,
+// offsets, compaction, idempotent producers, consumer-group offsets) in one
+// process, built so that an acknowledged record is never lost and a damaged
+// file is never silently repaired.
+//
+// # Contract
+//
+//   - Append writes a batch of records atomically (all visible or none), with
+//     dense offsets, and returns only once the batch is durable: under the
+//     default FsyncGroupCommit policy the segment was fdatasynced after the
+//     write. Concurrent appends to a partition share fsyncs (group commit):
+//     the first waiter runs one fsync for everything written before it; the
+//     waiters that arrive meanwhile run the next one. UnsafeFsyncNever is the
+//     only weaker mode, opt-in and named so.
+//   - Readers (Fetch, OffsetForTime, LatestOffset) never see past the high
+//     watermark, the committed end. On one node it is the durable end: a
+//     batch written but not yet fsynced is invisible. A Fetch at the high
+//     watermark with MaxWait waits on a channel closed at each commit, so it
+//     wakes at once, without polling.
+//   - With a producer id, a retried batch (same epoch, same sequences as one
+//     of the producer's last five batches in the partition) returns its
+//     original offsets and writes nothing; a gap in sequences is refused; an
+//     older epoch is fenced. The partition's producer state, including the
+//     SourcePosition stored with the producer's last batch, is rebuilt from
+//     the log on open.
+//   - All file I/O goes through vfs.FS; vfs.Mem simulates crashes for tests.
+//
+// Example:
+//
+//	l, err := wal.Open(dir, wal.Options{Logger: logger})
+//	...
+//	go l.Run(ctx) // retention and compaction
+//	defer l.Close()
+//	err = l.CreateTopic("db.inventory.orders", cfg)
+//	res, err := l.Append(ctx, "db.inventory.orders", wal.Partition(key, 6), recs, wal.AppendOptions{})
+//	out, err := l.Fetch(ctx, "db.inventory.orders", 0, next, wal.FetchOptions{MaxWait: time.Second})
+//
+// # Files
+//
+//	<dir>/LOCK                                   flock: one process per log
+//	<dir>/topics/<topic>/topic.conf              "sluice-topic 1", then key=value (Kafka names)
+//	<dir>/topics/<topic>/<partition>/
+//	    <base offset, 20 digits>.log             segment: batches back to back
+//	    <base>.index, <base>.timeindex           sparse indexes (a rebuildable cache)
+//	    <offset>.snapshot                        producer state as of offset (a cache)
+//	    <base>.log.cleaned, <base>.log.swap      compaction output (see Recovery)
+//	<dir>/topics/+<topic>                        a topic being created
+//	<dir>/trash/                                 topics being deleted
+//
+// A segment is named by the offset of its first batch and is preallocated
+// to segment.bytes (fallocate, keeping the file size, so the file size is
+// always the written end). It is rolled when the next batch would pass
+// segment.bytes or the segment is older than segment.ms: rolling fsyncs it,
+// writes its indexes and a producer snapshot, creates the next segment and
+// fsyncs the directory.
+//
+// # Batch format (version 1)
+//
+// Integers are big-endian. The layout follows Kafka's record batch v2, with
+// the replication term and index, a delete horizon and the source position
+// added to the header, and one checksum over everything but the framing.
+//
+//	offset size field
+//	     0    8 base offset          offset of the first record
+//	     8    4 length               bytes after this field
+//	    12    1 magic                format version, 1
+//	    13    4 crc                  CRC-32C (Castagnoli), see below
+//	    17    2 attributes           bit 5: control batch (replication entry,
+//	                                 no records, takes no offset); others 0
+//	    19    4 last offset delta    last record's offset - base (-1: control)
+//	    23    8 base timestamp       ms since the epoch, first record
+//	    31    8 max timestamp        ms, largest of the batch
+//	    39    8 producer id          -1: none
+//	    47    2 producer epoch       -1: none
+//	    49    4 base sequence        -1: none
+//	    53    8 term                 replication term (0 on a single node)
+//	    61    8 index                replication log index (0 on a single node)
+//	    69    8 delete horizon       ms after which compaction may drop this
+//	                                 batch's tombstones; -1: not yet compacted
+//	    77    4 record count
+//	    81    4 source position len  -1: none
+//	    85    n source position      opaque bytes of the producer
+//	  85+n    … records
+//
+// Each record is Kafka's v2 record; varints are zigzag (as Kafka's):
+//
+//	length varint | attributes int8 (0) | timestamp delta varint |
+//	offset delta varint | key length varint (-1: null) | key |
+//	value length varint (-1: null = tombstone) | value |
+//	header count varint | { key length varint | key | value length varint
+//	(-1: null) | value } …
+//
+// The crc is CRC-32C over the records (from 85+n to the end), then the
+// header bytes 17 to 85+n, then the base offset (bytes 0 to 8). Records come
+// first so that an appender checksums them before it takes the partition
+// lock; the header is finished under the lock once the offset is known.
+// A batch is valid when its length is in range, its magic is 1, its crc
+// matches, its header is consistent (record count <= last offset delta + 1,
+// control batches without records) and its records fill it exactly with
+// increasing offset deltas.
+//
+// Index files (both kinds):
+//
+//	"SLIX" | version u8 (1) | kind u8 (1 offset, 2 time) | 0 u16 |
+//	segment base i64 | segment size covered i64 | entry count u32 |
+//	entries | CRC-32C u32 of all before
+//	offset entry: batch base offset - segment base u32 | byte position u32
+//	time entry:   largest timestamp so far i64 | batch base - segment base u32
+//
+// An entry is added every index.interval.bytes. An index file whose
+// checksum, base or covered size does not match its segment is stale and
+// rebuilt by scanning the segment.
+//
+// Producer snapshots: "SLPS" | version u8 (1) | offset i64 | count u32 |
+// per producer: id i64, epoch i16, last timestamp i64, n u8, n recent
+// batches (first seq i32, last seq i32, first offset i64, last offset i64,
+// timestamp i64), source position length i32 (-1 none), bytes | CRC-32C.
+//
+// # Recovery (Open)
+//
+//  1. Topic directories named +<topic> (an unfinished create) and trash/ are
+//     removed.
+//  2. In each partition, *.cleaned and *.tmp files are deleted (rolled back);
+//     a <base>.log.swap is renamed over <base>.log (completed).
+//  3. Every segment but the last is sealed: it was fsynced when rolled. If
+//     its index files match it they are trusted and it is not read;
+//     otherwise it is scanned, and any invalid batch in it is a
+//     *CorruptionError naming the file and byte position. The open fails.
+//  4. The last (active) segment is scanned and verified batch by batch. At
+//     the first invalid batch, the rest of the file is searched for any
+//     valid batch with a higher offset. If one exists, the invalid batch was
+//     followed by later writes, so it is damage to data once written, not a
+//     torn write: *CorruptionError, the open fails. If none exists, the
+//     invalid bytes are the torn tail of writes never acknowledged: the file
+//     is truncated there, and the truncation fsynced, with a warning.
+//     (A power loss that persisted a later page of an unsynced write but not
+//     an earlier one is reported as corruption: the log refuses to guess.)
+//  5. The producer state is loaded from the newest snapshot at or below the
+//     recovered end (snapshots above it are deleted) and the batch headers
+//     after it are applied; without a usable snapshot every header is read.
+//  6. The high watermark is the recovered end.
+//
+// A clean Close fsyncs and writes a producer snapshot at the end, so a
+// reopen reads only the sealed segments' index files and scans the active
+// segment (at most segment.bytes).
+//
+// # Retention and compaction
+//
+// Retention (delete policy) removes whole sealed segments from the start,
+// oldest first, while the newest record of the segment is older than
+// retention.ms or the partition without it is still at least
+// retention.bytes; the active segment is never removed. Index files are
+// removed before the segment, so a crash leaves at worst a segment whose
+// indexes are rebuilt.
+//
+// Compaction (compact policy) runs from Run, never on the active segment,
+// and never changes an offset; see (*partition).compact for the steps. It
+// keeps the newest record of each key (the key map also covers the active
+// segment up to the high watermark), keeps a tombstone until
+// delete.retention.ms after compaction first kept it (the batch's delete
+// horizon), and swaps each rewritten segment in with a crash-safe
+// .cleaned → .swap → .log sequence. Readers and appenders are blocked only
+// for the rename. A batch left without records is dropped unless it is the
+// last batch of its producer in the partition: that one is kept, empty,
+// so that the producer's sequence and source position survive compaction
+// even if every snapshot is lost (Kafka keeps such batches for the same
+// reason). Retention, in contrast, may delete a producer's last batch;
+// the snapshot then still holds its state, as Kafka's does.
+//
+// # Replication (how wal/raft will fit)
+//
+// One Raft group per partition will use the partition's segments as its
+// Raft log, one batch per entry: the term and index fields of the batch
+// header hold the entry's term and index, so no second copy is written.
+// Leader no-ops and configuration changes are control batches (attribute
+// bit 5): no records, last offset delta -1, so they take no offset and
+// offsets stay dense and identical on every replica. The partition keeps
+// the written end (next) apart from the committed end (hw): today hw moves
+// at fsync; under Raft it moves when the entry commits on a majority, and
+// readers already stop at hw. The storage adapter needs, on top of this
+// package: a lookup of a batch by Raft index (indexes grow with offsets,
+// so a binary search over the segments' last index and the offset index
+// finds it), and a suffix truncation above an index, refused at or below
+// the commit index. Compaction and retention must then also stay below the
+// Raft snapshot index; followers far behind receive sealed segment files.
+//
+// # Limits
+//
+// Memory per partition is the in-memory sparse indexes (8 + 12 bytes per
+// index.interval.bytes of data), the producer state (bounded by the number
+// of producers) and one file handle per segment. Compaction's key map is
+// bounded to 64 MiB per run; a larger dirty section takes several runs.
+// Compaction does not merge small segments.
+package wal
