@@ -72,7 +72,8 @@ done
 mkdir -p "$CACHE"
 chmod 0755 "$CACHE"
 M2="$CACHE/m2"
-mvn_() { mvn -B -q -Dstyle.color=never -Dmaven.repo.local="$M2" "$@" >&2; }
+# quiet, and without the colour codes Maven 3.8 prints even in batch mode
+mvn_() { mvn -B -q -Dstyle.color=never -Dmaven.repo.local="$M2" "$@" 2>&1 | sed 's/\x1b\[[0-9;]*m//g' >&2; }
 
 es_dir="$CACHE/elasticsearch-$ES_VERSION"
 if [ ! -f "$es_dir/.complete" ]; then
