@@ -255,3 +255,42 @@ func pgShmID(dir string) int {
 	}
 	return id
 }
+
+// A server that does not come up fails the start with its command line and its own log; its
+// dir is removed.
+func TestStartFailureShowsServerLog(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		start func() error
+		want  []string
+	}{
+		{"mariadb", func() error {
+			_, err := StartMariaDB(ctx, MariaDBOptions{ExtraArgs: []string{"--no-such-option"}})
+			return err
+		}, []string{"start mariadb: ", "mariadbd --no-defaults --user=root", "--no-such-option: exited before answering",
+			"last lines of ", "unknown option '--no-such-option'"}},
+		{"postgres", func() error {
+			_, err := StartPostgres(ctx, PostgresOptions{Settings: []string{"no_such_setting = 1"}})
+			return err
+		}, []string{"start postgres: ", "/postgres -D ", "exited before answering", "last lines of ",
+			`unrecognized configuration parameter "no_such_setting"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(ownDirs())
+			err := tc.start()
+			if err == nil {
+				t.Fatal("started")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not contain %q:\n%v", w, err)
+				}
+			}
+			if left := ownDirs(); len(left) != before {
+				t.Fatalf("dirs after a failed start: %v, want %d", left, before)
+			}
+		})
+	}
+}
