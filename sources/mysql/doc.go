@@ -1,0 +1,38 @@
+// Package mysql is the MySQL / MariaDB source: a consistent initial snapshot handed over to
+// the binlog stream, as Debezium change events, exactly once into the log.
+//
+// Open checks the server (binlog on, ROW format, FULL row image and metadata, grants, server id;
+// see preflight.go) and then, as the stored position and snapshot.mode say, starts or resumes
+// the snapshot (snapshot.go) or the binlog stream (stream.go). Read returns bounded batches:
+// snapshot rows in chunks of snapshot.fetch.size, binlog row changes at most max.batch.size at
+// a time, a large transaction spread over several batches.
+//
+// # Records
+//
+// Topic <topic.prefix>.<database>.<table>; key the primary key columns (message.key.columns
+// overrides); value the Debezium envelope with the MySQL source block (version, connector,
+// name, ts_ms, snapshot, db, sequence, table, server_id, gtid, file, pos, row, thread, query).
+// A delete is followed by a tombstone (tombstones.on.delete). DDL statements go to the topic
+// <topic.prefix> as schema change events (include.schema.changes), TRUNCATE as op "t" events.
+// Record.Version is (binlog file number << 32 | position of the transaction's first event);
+// snapshot rows carry the consistent point of the snapshot transaction that read them.
+//
+// # Positions
+//
+// See position.go for the layout of Order and State. Every record's position resumes right
+// after it, inside a transaction if need be, so the runtime's replay filter makes each record
+// reach the log once. The schema history and snapshot plans live in env.Store (history.go).
+//
+// Example pipeline entry:
+//
+//	connectors:
+//	  - name: inventory
+//	    class: io.debezium.connector.mysql.MySqlConnector
+//	    config:
+//	      database.hostname: db.example
+//	      database.user: cdc
+//	      database.password: ${env:CDC_PASSWORD}
+//	      database.server.id: 5401
+//	      topic.prefix: dbserver1
+//	      table.include.list: inventory\..*
+package mysql

@@ -1,0 +1,910 @@
+package mysql
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/google/uuid"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// The binlog stream.
+//
+// A replication.BinlogSyncer (its own goroutine, started by open and stopped by close) decodes
+// events into a bounded channel (max.queue.size events); Read turns them into records. Every
+// transaction is identified by the position of its first event (the GTID event, or BEGIN), and
+// its row changes are numbered from 1; a record's position is (transaction start, row number),
+// so a restart resumes inside a transaction: the reader starts at the transaction's first event
+// and skips the row changes the log already holds. Lost connections are retried here with
+// exponential backoff for reconnect.timeout.ms, from that same resume point.
+
+type streamer struct {
+	s *Source
+
+	// connection
+	mu      sync.Mutex
+	syncer  *replication.BinlogSyncer
+	events  chan *replication.BinlogEvent
+	errs    chan error
+	stop    chan struct{}
+	watchWG sync.WaitGroup
+	cancel  context.CancelFunc
+	qconn   *client.Conn // queries for DDL processing
+
+	// where the binlog is read
+	file     string
+	seq      uint32
+	checksum bool
+
+	// the transaction being read
+	inTx   bool
+	txFile string
+	txSeq  uint32
+	txPos  uint32
+	txGTID string
+	txTime time.Time
+	txRow  uint32 // row changes of the transaction seen so far
+	thread any
+
+	// resume: in the transaction at skipFile/skipPos, the first skip row changes are in the log
+	skipFile string
+	skipPos  uint32
+	skip     uint32
+	skipGTID string
+	starting bool // no event of the resume point seen yet
+
+	// after the last complete transaction
+	boundFile string
+	boundSeq  uint32
+	boundPos  uint32
+
+	cur    *replication.RowsEvent // rows event being emitted
+	curRow int                    // next row (image) index in cur
+	curHdr *replication.EventHeader
+
+	tables map[uint64]*tableMeta
+
+	lastPos       connect.Position // position of the last batch returned
+	lastBatchTime time.Time
+	pendingErr    error
+}
+
+func newStreamer(s *Source, st *state) *streamer {
+	m := &streamer{s: s, tables: map[uint64]*tableMeta{}}
+	m.setResume(st.File, st.Pos, st.Row, st.GTID)
+	m.boundFile, m.boundPos = st.File, st.Pos
+	m.boundSeq, _ = fileSeq(st.File)
+	return m
+}
+
+func (m *streamer) setResume(file string, pos, row uint32, gtid string) {
+	m.skipFile, m.skipPos, m.skip, m.skipGTID = file, pos, row, gtid
+	m.file = file
+	m.seq, _ = fileSeq(file)
+	m.starting = true
+	m.inTx = false
+	m.cur = nil
+}
+
+func (m *streamer) flavor() string { return m.s.flavor }
+
+// open connects the binlog reader at the resume point.
+func (m *streamer) open(ctx context.Context) error {
+	s := m.s
+	period := 30 * time.Second
+	if hb := s.cfg.heartbeat; hb > 0 && hb < period {
+		period = max(hb, time.Second)
+	}
+	m.events = make(chan *replication.BinlogEvent, s.cfg.maxQueue)
+	m.errs = make(chan error, 1)
+	m.stop = make(chan struct{})
+	cfg := replication.BinlogSyncerConfig{
+		ServerID:                s.cfg.serverID,
+		Flavor:                  m.flavor(),
+		Host:                    s.cfg.host,
+		Port:                    uint16(s.cfg.port),
+		User:                    s.cfg.user,
+		Password:                s.cfg.password,
+		Charset:                 "utf8mb4",
+		TimestampStringLocation: time.UTC,
+		RenderJSONAsMySQLText:   true,
+		HeartbeatPeriod:         period,
+		ReadTimeout:             3 * period,
+		DisableRetrySync:        true,
+		EventCacheCount:         1,
+		Logger:                  s.log.With("component", "binlog"),
+		SynchronousEventHandler: &eventHandler{ch: m.events, stop: m.stop},
+	}
+	syncer := replication.NewBinlogSyncer(cfg)
+	pos := gomysql.Position{Name: m.skipFile, Pos: m.skipPos}
+	streamer, err := syncer.StartSync(pos)
+	if err != nil {
+		syncer.Close()
+		if serverIDClash(err) {
+			return connect.Permanentf("database.server.id %d is already used by another binlog reader of this server: choose another, unique id (%w)", s.cfg.serverID, err)
+		}
+		return fmt.Errorf("start binlog reader at %s:%d: %w", pos.Name, pos.Pos, err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	m.mu.Lock()
+	m.syncer, m.cancel = syncer, cancel
+	m.mu.Unlock()
+	m.watchWG.Add(1)
+	go func() {
+		defer m.watchWG.Done()
+		// with a synchronous handler the streamer only ever returns the stream's error
+		_, err := streamer.GetEvent(wctx)
+		if wctx.Err() != nil {
+			return
+		}
+		select {
+		case m.errs <- err:
+		default:
+		}
+	}()
+	s.log.Info("binlog reader started", "file", pos.Name, "pos", pos.Pos, "skip_rows", m.skip)
+	return nil
+}
+
+type eventHandler struct {
+	ch   chan<- *replication.BinlogEvent
+	stop <-chan struct{}
+}
+
+var errStopped = errors.New("binlog reader stopped")
+
+func (h *eventHandler) HandleEvent(e *replication.BinlogEvent) error {
+	select {
+	case h.ch <- e:
+		return nil
+	case <-h.stop:
+		return errStopped
+	}
+}
+
+// close stops the binlog reader and waits for its goroutines.
+func (m *streamer) close() {
+	m.mu.Lock()
+	syncer, cancel, stop := m.syncer, m.cancel, m.stop
+	m.syncer, m.cancel = nil, nil
+	m.mu.Unlock()
+	if syncer == nil {
+		return
+	}
+	close(stop)
+	cancel()
+	syncer.Close()
+	m.watchWG.Wait()
+	if m.qconn != nil {
+		m.qconn.Close()
+		m.qconn = nil
+	}
+}
+
+// reconnect restarts the reader at the current resume point, with backoff.
+func (m *streamer) reconnect(ctx context.Context, cause error) error {
+	s := m.s
+	m.close()
+	s.stats.connected.Store(false)
+	if m.inTx {
+		m.setResume(m.txFile, m.txPos, m.txRow, m.txGTID)
+	} else {
+		m.setResume(m.boundFile, m.boundPos, 0, "")
+	}
+	deadline := s.now().Add(s.cfg.reconnectTimeout)
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		s.log.Warn("binlog connection lost; reconnecting", "err", cause, "attempt", attempt, "file", m.skipFile, "pos", m.skipPos)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		err := m.open(ctx)
+		if err == nil {
+			s.stats.reconnects.Add(1)
+			s.stats.connected.Store(true)
+			return nil
+		}
+		if connect.IsPermanent(err) {
+			return err
+		}
+		cause = err
+		if s.now().After(deadline) {
+			return fmt.Errorf("binlog reader: no connection for %v: %w", s.cfg.reconnectTimeout, err)
+		}
+		wait = min(wait*2, 10*time.Second)
+	}
+}
+
+// next returns the next event; block=false returns nil when none is ready.
+func (m *streamer) next(ctx context.Context, block bool, timeout <-chan time.Time) (*replication.BinlogEvent, error) {
+	select {
+	case ev := <-m.events:
+		return ev, nil
+	default:
+	}
+	if m.pendingErr != nil {
+		err := m.pendingErr
+		m.pendingErr = nil
+		return nil, err
+	}
+	if !block {
+		return nil, nil
+	}
+	select {
+	case ev := <-m.events:
+		return ev, nil
+	case err := <-m.errs:
+		// events decoded before the error come first
+		select {
+		case ev := <-m.events:
+			m.pendingErr = err
+			return ev, nil
+		default:
+		}
+		return nil, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-timeout:
+		return nil, nil
+	}
+}
+
+// batch collects the records of one Read.
+type batch struct {
+	recs []connect.Record
+	buf  []byte // Orders and States of the records are cut from here
+}
+
+func (b *batch) cut(start int) []byte { return b.buf[start:len(b.buf):len(b.buf)] }
+
+// read implements Source.Read while streaming.
+func (m *streamer) read(ctx context.Context) (connect.Batch, error) {
+	s := m.s
+	b := &batch{recs: make([]connect.Record, 0, 64), buf: make([]byte, 0, 16<<10)}
+	var hb <-chan time.Time
+	var hbTimer *time.Timer
+	if s.cfg.heartbeat > 0 {
+		hbTimer = time.NewTimer(s.cfg.heartbeat)
+		defer hbTimer.Stop()
+		hb = hbTimer.C
+	}
+	for {
+		if m.cur != nil {
+			if err := m.emitRows(b); err != nil {
+				return connect.Batch{}, err
+			}
+			if len(b.recs) >= s.cfg.maxBatch {
+				return m.finish(b), nil
+			}
+		}
+		ev, err := m.next(ctx, len(b.recs) == 0, hb)
+		if err != nil {
+			if ctx.Err() != nil {
+				return connect.Batch{}, ctx.Err()
+			}
+			if errors.Is(err, errStopped) {
+				return connect.Batch{}, err
+			}
+			if perm := m.permanent(err); perm != nil {
+				return connect.Batch{}, perm
+			}
+			if err := m.reconnect(ctx, err); err != nil {
+				return connect.Batch{}, err
+			}
+			continue
+		}
+		if ev == nil {
+			if len(b.recs) > 0 {
+				return m.finish(b), nil
+			}
+			// heartbeat: report the newest position if it moved
+			p := m.position()
+			if !p.IsZero() && (m.lastPos.IsZero() || p.Compare(m.lastPos) > 0 || string(p.State) != string(m.lastPos.State)) {
+				m.lastPos = p
+				return connect.Batch{Position: p}, nil
+			}
+			hbTimer.Reset(s.cfg.heartbeat)
+			continue
+		}
+		if err := m.handle(ctx, ev, b); err != nil {
+			return connect.Batch{}, err
+		}
+		if len(b.recs) >= s.cfg.maxBatch {
+			return m.finish(b), nil
+		}
+	}
+}
+
+// permanent turns stream errors that reconnecting cannot fix into Permanent errors.
+func (m *streamer) permanent(err error) error {
+	if serverIDClash(err) {
+		return connect.Permanentf("database.server.id %d is already used by another binlog reader of this server: choose another, unique id (%w)", m.s.cfg.serverID, err)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "1236") || strings.Contains(msg, "Could not find first log file") || strings.Contains(msg, "purged") {
+		return connect.Permanentf("binlog position %s:%d is no longer readable on the server: %w", m.skipFile, m.skipPos, err)
+	}
+	var ee *replication.EventError
+	if errors.As(err, &ee) {
+		return connect.Permanentf("undecodable binlog event: %w", err)
+	}
+	return nil
+}
+
+func (m *streamer) finish(b *batch) connect.Batch {
+	p := m.position()
+	m.lastPos = p
+	return connect.Batch{Records: b.recs, Position: p}
+}
+
+// position is where a restart resumes now: inside the current transaction, or after the
+// last complete one.
+func (m *streamer) position() connect.Position {
+	e := m.s.epoch
+	if m.inTx && !m.starting {
+		return connect.Position{
+			Order: appendStreamOrder(nil, e, m.txSeq, m.txPos, m.txRow, 0xFF),
+			State: appendStreamState(nil, e, m.txFile, m.txPos, m.txRow, m.txGTID),
+		}
+	}
+	if m.starting && m.skip > 0 {
+		seq, _ := fileSeq(m.skipFile)
+		return connect.Position{
+			Order: appendStreamOrder(nil, e, seq, m.skipPos, m.skip, 0xFF),
+			State: appendStreamState(nil, e, m.skipFile, m.skipPos, m.skip, m.skipGTID),
+		}
+	}
+	return connect.Position{
+		Order: appendStreamOrder(nil, e, m.boundSeq, m.boundPos, 0, 0),
+		State: appendStreamState(nil, e, m.boundFile, m.boundPos, 0, ""),
+	}
+}
+
+// handle processes one event.
+func (m *streamer) handle(ctx context.Context, ev *replication.BinlogEvent, b *batch) error {
+	s := m.s
+	h := ev.Header
+	artificial := h.Flags&replication.LOG_EVENT_ARTIFICIAL_F != 0 || h.LogPos == 0
+	start := uint32(0)
+	if !artificial && h.LogPos >= h.EventSize {
+		start = h.LogPos - h.EventSize
+	}
+	if h.Timestamp > 0 && !artificial {
+		s.stats.behindMs.Store(max(0, s.now().UnixMilli()-int64(h.Timestamp)*1000))
+	}
+	switch e := ev.Event.(type) {
+	case *replication.RotateEvent:
+		m.file = string(e.NextLogName)
+		m.seq, _ = fileSeq(m.file)
+		if !m.inTx && !m.starting {
+			m.boundFile, m.boundSeq, m.boundPos = m.file, m.seq, uint32(e.Position)
+		}
+		f := m.file
+		s.stats.binlogFile.Store(&f)
+		return nil
+	case *replication.FormatDescriptionEvent:
+		m.checksum = e.ChecksumAlgorithm == replication.BINLOG_CHECKSUM_ALG_CRC32
+		return nil
+	case *replication.HeartbeatEvent:
+		return nil
+	}
+	if artificial {
+		return nil
+	}
+	s.stats.events.Add(1)
+	s.stats.binlogPos.Store(int64(h.LogPos))
+	if m.starting {
+		if m.file != m.skipFile || start < m.skipPos {
+			return nil
+		}
+		if start != m.skipPos && m.skip > 0 {
+			return connect.Permanentf("binlog position %s:%d is not the start of a transaction (the next event starts at %d): the stored position does not fit this server's binlog", m.skipFile, m.skipPos, start)
+		}
+		m.starting = false
+	}
+	switch e := ev.Event.(type) {
+	case *replication.MariadbGTIDEvent:
+		return m.beginTx(start, h, e.GTID.String())
+	case *replication.GTIDEvent:
+		return m.beginTx(start, h, mysqlGTID(e.SID, e.GNO))
+	case *replication.GtidTaggedLogEvent:
+		return m.beginTx(start, h, mysqlGTID(e.SID, e.GNO))
+	case *replication.QueryEvent:
+		return m.query(ctx, start, h, e, b)
+	case *replication.XIDEvent:
+		m.endTx(h.LogPos)
+		return nil
+	case *replication.TableMapEvent:
+		return m.tableMap(ev, e)
+	case *replication.RowsEvent:
+		if !m.inTx {
+			if err := m.beginTx(start, h, ""); err != nil {
+				return err
+			}
+		}
+		m.cur, m.curRow, m.curHdr = e, 0, h
+		return m.emitRows(b)
+	case *replication.TransactionPayloadEvent:
+		for _, inner := range e.Events {
+			if err := m.handle(ctx, inner, b); err != nil {
+				return err
+			}
+			// a compressed transaction's rows are emitted whole (into one batch)
+			for m.cur != nil {
+				if err := m.emitRows(b); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+func mysqlGTID(sid []byte, gno int64) string {
+	u, err := uuid.FromBytes(sid)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%s:%d", u, gno)
+}
+
+func (m *streamer) beginTx(start uint32, h *replication.EventHeader, gtid string) error {
+	m.inTx = true
+	m.txFile, m.txSeq, m.txPos = m.file, m.seq, start
+	m.txGTID = gtid
+	m.txTime = time.Unix(int64(h.Timestamp), 0)
+	m.txRow = 0
+	m.thread = nil
+	if m.skip > 0 {
+		if m.txFile != m.skipFile || m.txPos != m.skipPos {
+			m.skip = 0
+		} else if m.skipGTID != "" && gtid != "" && gtid != m.skipGTID {
+			return connect.Permanentf("binlog position %s:%d holds transaction %s, not %s as stored: the server's binlog no longer matches the stored position", m.txFile, m.txPos, gtid, m.skipGTID)
+		}
+	}
+	return nil
+}
+
+func (m *streamer) endTx(next uint32) {
+	if m.inTx {
+		m.s.stats.txns.Add(1)
+	}
+	m.inTx = false
+	m.skip = 0
+	m.boundFile, m.boundSeq, m.boundPos = m.file, m.seq, next
+}
+
+// slot advances the row counter of the transaction and reports whether that row change must be
+// emitted (false when a restart skips it because the log holds it).
+func (m *streamer) slot() bool {
+	m.txRow++
+	return m.skip == 0 || m.txRow > m.skip
+}
+
+func (m *streamer) tableMap(ev *replication.BinlogEvent, e *replication.TableMapEvent) error {
+	raw := ev.RawData
+	if len(raw) > replication.EventHeaderSize {
+		raw = raw[replication.EventHeaderSize:]
+	}
+	if m.checksum && len(raw) >= 4 {
+		raw = raw[:len(raw)-4]
+	}
+	if old := m.tables[e.TableID]; old.same(raw) {
+		return nil
+	}
+	meta := &tableMeta{raw: append([]byte(nil), raw...)}
+	if m.s.cfg.filter.table(string(e.Schema), string(e.Table)) {
+		t, err := m.s.tableFromMap(e)
+		if err != nil {
+			return err
+		}
+		meta.tbl = t
+	}
+	m.tables[e.TableID] = meta
+	return nil
+}
+
+// emitRows emits the rows of cur until the batch is full.
+func (m *streamer) emitRows(b *batch) error {
+	s := m.s
+	e := m.cur
+	meta := m.tables[e.TableID]
+	var t *table
+	if meta != nil {
+		t = meta.tbl
+	}
+	var op connect.Op
+	step := 1
+	switch e.Type() {
+	case replication.EnumRowsEventTypeInsert:
+		op = connect.OpCreate
+	case replication.EnumRowsEventTypeUpdate:
+		op, step = connect.OpUpdate, 2
+	case replication.EnumRowsEventTypeDelete:
+		op = connect.OpDelete
+	default:
+		m.cur = nil
+		return nil
+	}
+	for m.curRow+step <= len(e.Rows) {
+		i := m.curRow
+		m.curRow += step
+		if !m.slot() || t == nil || s.cfg.skip[op] {
+			if t != nil {
+				s.stats.skipped.Add(1)
+			}
+			continue
+		}
+		if len(e.Rows[i]) != len(t.cols) {
+			return connect.Permanentf("row event of %s has %d columns, its table map %d", t.id(), len(e.Rows[i]), len(t.cols))
+		}
+		var before, after connect.Row
+		var keySrc []any
+		var err error
+		switch op {
+		case connect.OpCreate:
+			after, err = m.image(t, e.Rows[i])
+			keySrc = e.Rows[i]
+		case connect.OpUpdate:
+			if before, err = m.image(t, e.Rows[i]); err == nil {
+				after, err = m.image(t, e.Rows[i+1])
+			}
+			keySrc = e.Rows[i+1]
+		case connect.OpDelete:
+			before, err = m.image(t, e.Rows[i])
+			keySrc = e.Rows[i]
+		}
+		if err != nil {
+			return err
+		}
+		key, err := m.key(t, keySrc)
+		if err != nil {
+			return err
+		}
+		// an update that changes the key: Debezium emits a delete of the old key (and its
+		// tombstone) and a create of the new one
+		if op == connect.OpUpdate && len(t.key) > 0 {
+			oldKey, err := m.key(t, e.Rows[i])
+			if err != nil {
+				return err
+			}
+			if !sameKey(oldKey, key) {
+				m.addRow(b, t, connect.OpDelete, oldKey, before, nil, i/step, 0)
+				if s.cfg.tombstones {
+					m.addTombstone(b, t, oldKey, 1)
+				}
+				m.addRow(b, t, connect.OpCreate, key, nil, after, i/step, 2)
+				continue
+			}
+		}
+		m.addRow(b, t, op, key, before, after, i/step, 0)
+		if op == connect.OpDelete && s.cfg.tombstones {
+			m.addTombstone(b, t, key, 1)
+		}
+		if len(b.recs) >= s.cfg.maxBatch && m.curRow < len(e.Rows) {
+			return nil
+		}
+	}
+	m.cur = nil
+	return nil
+}
+
+func sameKey(a, b connect.Row) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, _ := connect.AppendJSON(nil, a[i].Value)
+		y, _ := connect.AppendJSON(nil, b[i].Value)
+		if string(x) != string(y) {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *streamer) image(t *table, row []any) (connect.Row, error) {
+	out := make(connect.Row, 0, len(t.cols))
+	for i := range t.cols {
+		c := &t.cols[i]
+		if c.excluded {
+			continue
+		}
+		v, err := c.binlogValue(row[i], &m.s.opts)
+		if err != nil {
+			return nil, connect.Permanentf("decode %s: %w", t.id(), err)
+		}
+		if c.mask != nil {
+			v = c.mask(v)
+		}
+		out = append(out, connect.Field{Name: c.name, Value: v})
+	}
+	return out, nil
+}
+
+func (m *streamer) key(t *table, row []any) (connect.Row, error) {
+	if len(t.key) == 0 {
+		return nil, nil
+	}
+	k := make(connect.Row, len(t.key))
+	for j, i := range t.key {
+		v, err := t.cols[i].binlogValue(row[i], &m.s.opts)
+		if err != nil {
+			return nil, connect.Permanentf("decode key of %s: %w", t.id(), err)
+		}
+		k[j] = connect.Field{Name: t.cols[i].name, Value: v}
+	}
+	return k, nil
+}
+
+// addRow appends a change event of the current transaction's row change m.txRow.
+func (m *streamer) addRow(b *batch, t *table, op connect.Op, key, before, after connect.Row, rowInEvent int, part byte) {
+	s := m.s
+	src := s.sourceBlock(m.txTime.UnixMilli(), "false", t.db, t.name, m.curHdr.ServerID, nilIfEmpty(m.txGTID), m.txFile, m.txPos, rowInEvent, m.thread)
+	ev := connect.ChangeEvent{Before: before, After: after, Source: src, Op: op, TsMs: s.now().UnixMilli()}
+	b.recs = append(b.recs, connect.Record{
+		Topic: t.topic, Partition: -1, Offset: -1, Timestamp: m.txTime,
+		Key: keyOrNil(key), Value: ev.Row(), Version: version(m.txSeq, m.txPos),
+		Position: m.recordPosition(b, part),
+	})
+}
+
+func (m *streamer) addTombstone(b *batch, t *table, key connect.Row, part byte) {
+	if key == nil {
+		return
+	}
+	b.recs = append(b.recs, connect.Record{
+		Topic: t.topic, Partition: -1, Offset: -1, Timestamp: m.txTime,
+		Key: key, Version: version(m.txSeq, m.txPos),
+		Position: m.recordPosition(b, part),
+	})
+}
+
+// recordPosition is the position right after the current row change (part of it).
+func (m *streamer) recordPosition(b *batch, part byte) connect.Position {
+	e := m.s.epoch
+	start := len(b.buf)
+	b.buf = appendStreamOrder(b.buf, e, m.txSeq, m.txPos, m.txRow, part)
+	order := b.cut(start)
+	start = len(b.buf)
+	b.buf = appendStreamState(b.buf, e, m.txFile, m.txPos, m.txRow, m.txGTID)
+	return connect.Position{Order: order, State: b.cut(start)}
+}
+
+// query handles BEGIN, COMMIT and DDL statements.
+func (m *streamer) query(ctx context.Context, start uint32, h *replication.EventHeader, e *replication.QueryEvent, b *batch) error {
+	q := strings.TrimSpace(string(e.Query))
+	switch {
+	case strings.EqualFold(q, "BEGIN"):
+		if !m.inTx {
+			if err := m.beginTx(start, h, ""); err != nil {
+				return err
+			}
+		}
+		m.thread = int64(e.SlaveProxyID)
+		return nil
+	case strings.EqualFold(q, "COMMIT"):
+		m.endTx(h.LogPos)
+		return nil
+	}
+	if !m.inTx {
+		if err := m.beginTx(start, h, ""); err != nil {
+			return err
+		}
+	}
+	m.thread = int64(e.SlaveProxyID)
+	if err := m.ddl(ctx, h, string(e.Schema), q, b); err != nil {
+		return err
+	}
+	m.endTx(h.LogPos)
+	return nil
+}
+
+// ddl applies a DDL statement: the cached table maps of the tables it touches are dropped, its
+// history entry is stored, and the schema change event (row 1 of the statement) and truncate
+// events (row 2 on) are emitted.
+func (m *streamer) ddl(ctx context.Context, h *replication.EventHeader, db, q string, b *batch) error {
+	s := m.s
+	st := parseDDL(q, db)
+	var touched []tableName
+	for _, t := range st.tables {
+		touched = append(touched, t)
+	}
+	for _, r := range st.renames {
+		touched = append(touched, r[0], r[1])
+	}
+	captured := false
+	for _, t := range touched {
+		if s.cfg.filter.table(t.db, t.table) {
+			captured = true
+		}
+	}
+	switch st.kind {
+	case ddlCreateDatabase, ddlDropDatabase, ddlAlterDatabase:
+		captured = s.cfg.filter.database(st.database)
+		db = st.database
+	}
+	if !captured {
+		m.slot()
+		return nil
+	}
+	if len(touched) > 0 && touched[0].db != "" {
+		db = touched[0].db
+	}
+	// a DDL invalidates the cached table maps (new ones follow in the binlog)
+	clear(m.tables)
+	if !s.history.has(m.txFile, m.txPos) {
+		entry := &ddlEntry{V: 1, File: m.txFile, Pos: m.txPos, GTID: m.txGTID, TsMs: m.txTime.UnixMilli(), DB: db, DDL: q}
+		defs, err := m.definitions(ctx, st)
+		if err != nil {
+			return err
+		}
+		entry.Tables = defs
+		if err := s.history.putDDL(ctx, entry); err != nil {
+			return err
+		}
+	}
+	if m.slot() && s.cfg.schemaChanges {
+		m.addSchemaChange(b, h, db, q)
+	}
+	if st.kind == ddlTruncate && !s.cfg.skip[connect.OpTruncate] {
+		for _, t := range st.tables {
+			if !m.slot() || !s.cfg.filter.table(t.db, t.table) {
+				continue
+			}
+			tbl := &table{db: t.db, name: t.table}
+			s.finishTable(tbl, nil)
+			m.curHdr = h
+			src := s.sourceBlock(m.txTime.UnixMilli(), "false", t.db, t.table, h.ServerID, nilIfEmpty(m.txGTID), m.txFile, m.txPos, 0, m.thread)
+			ev := connect.ChangeEvent{Source: src, Op: connect.OpTruncate, TsMs: s.now().UnixMilli()}
+			b.recs = append(b.recs, connect.Record{
+				Topic: tbl.topic, Partition: -1, Offset: -1, Timestamp: m.txTime, Value: ev.Row(),
+				Version: version(m.txSeq, m.txPos), Position: m.recordPosition(b, 0),
+			})
+		}
+	}
+	return nil
+}
+
+// definitions reads the definitions a DDL left, for the history and schema change events.
+func (m *streamer) definitions(ctx context.Context, st ddlStmt) ([]tableDef, error) {
+	var defs []tableDef
+	add := func(typ string, n tableName) error {
+		if !m.s.cfg.filter.table(n.db, n.table) {
+			return nil
+		}
+		def := tableDef{Type: typ, ID: n.db + "." + n.table}
+		if typ != "DROP" {
+			c, err := m.queryConn(ctx)
+			if err != nil {
+				return err
+			}
+			t, infos, err := m.s.readTable(c, n.db, n.table)
+			if err != nil {
+				m.qconn.Close()
+				m.qconn = nil
+				return err
+			}
+			if t == nil {
+				return nil // gone again since (a later DDL); the history keeps the statement
+			}
+			for _, ic := range infos {
+				def.Columns = append(def.Columns, columnDef{Name: ic.name, Type: strings.ToUpper(ic.columnType), Charset: ic.charset, Optional: ic.nullable})
+			}
+			for _, i := range t.order {
+				def.PK = append(def.PK, t.cols[i].name)
+			}
+		}
+		defs = append(defs, def)
+		return nil
+	}
+	var err error
+	switch st.kind {
+	case ddlCreateTable:
+		err = add("CREATE", st.tables[0])
+	case ddlAlterTable, ddlTruncate:
+		if len(st.renames) > 0 {
+			if err = add("DROP", st.renames[0][0]); err == nil {
+				err = add("CREATE", st.renames[0][1])
+			}
+		} else {
+			err = add("ALTER", st.tables[0])
+		}
+	case ddlDropTable:
+		for _, t := range st.tables {
+			if err = add("DROP", t); err != nil {
+				break
+			}
+		}
+	case ddlRenameTable:
+		for _, r := range st.renames {
+			if err = add("DROP", r[0]); err != nil {
+				break
+			}
+			if err = add("CREATE", r[1]); err != nil {
+				break
+			}
+		}
+	}
+	return defs, err
+}
+
+func (m *streamer) queryConn(ctx context.Context) (*client.Conn, error) {
+	if m.qconn != nil {
+		return m.qconn, nil
+	}
+	c, err := m.s.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.qconn = c
+	return c, nil
+}
+
+// addSchemaChange emits a schema change event to the topic <topic.prefix>, shaped like
+// Debezium's: {source, ts_ms, databaseName, schemaName, ddl, tableChanges}.
+func (m *streamer) addSchemaChange(b *batch, h *replication.EventHeader, db, q string) {
+	s := m.s
+	src := s.sourceBlock(m.txTime.UnixMilli(), "false", db, "", h.ServerID, nilIfEmpty(m.txGTID), m.txFile, m.txPos, 0, m.thread)
+	var changes []any
+	if e := s.history.get(m.txFile, m.txPos); e != nil {
+		for _, d := range e.Tables {
+			dbn, tn, _ := strings.Cut(d.ID, ".")
+			var cols []any
+			for i, c := range d.Columns {
+				typeName, _, _ := strings.Cut(c.Type, "(")
+				typeName, _, _ = strings.Cut(typeName, " ")
+				cols = append(cols, connect.Row{
+					{Name: "name", Value: c.Name},
+					{Name: "typeName", Value: typeName},
+					{Name: "typeExpression", Value: c.Type},
+					{Name: "charsetName", Value: nilIfEmpty(c.Charset)},
+					{Name: "position", Value: int64(i + 1)},
+					{Name: "optional", Value: c.Optional},
+				})
+			}
+			pk := make([]any, len(d.PK))
+			for i, p := range d.PK {
+				pk[i] = p
+			}
+			var tbl any
+			if d.Type != "DROP" {
+				tbl = connect.Row{{Name: "primaryKeyColumnNames", Value: pk}, {Name: "columns", Value: cols}}
+			}
+			changes = append(changes, connect.Row{
+				{Name: "type", Value: d.Type},
+				{Name: "id", Value: fmt.Sprintf("%q.%q", dbn, tn)},
+				{Name: "table", Value: tbl},
+			})
+		}
+	}
+	if changes == nil {
+		changes = []any{}
+	}
+	value := connect.Row{
+		{Name: "source", Value: src},
+		{Name: "ts_ms", Value: s.now().UnixMilli()},
+		{Name: "databaseName", Value: db},
+		{Name: "schemaName", Value: nil},
+		{Name: "ddl", Value: q},
+		{Name: "tableChanges", Value: changes},
+	}
+	b.recs = append(b.recs, connect.Record{
+		Topic: s.cfg.prefix, Partition: -1, Offset: -1, Timestamp: m.txTime,
+		Key: connect.Row{{Name: "databaseName", Value: db}}, Value: value,
+		Version: version(m.txSeq, m.txPos), Position: m.recordPosition(b, 0),
+	})
+}
