@@ -1,0 +1,211 @@
+package postgres
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// Positions (connect.Position) of this source.
+//
+// Order is 21 bytes, compared as bytes:
+//
+//	epoch (uint32) | phase (1 byte: 0 snapshot, 1 stream) | a (uint64) | b (uint64)
+//
+//	snapshot: a = index of the table in snapshot order, b = rows of that table emitted so far
+//	          (1 for its first row)
+//	stream:   a = commit LSN of the transaction, b = change << 16 | record: change counts the
+//	          change messages of the transaction from 1 (whether their table is captured or
+//	          not, so that a changed filter cannot shift it), record the records one change
+//	          made (a delete and its tombstone, the three of a primary-key update); 0 for a
+//	          heartbeat at LSN a, where no record is
+//
+// The epoch grows by one with every new snapshot that replaces a lost position
+// (snapshot.mode=when_needed), so its records sort after everything before. Within an epoch
+// the snapshot sorts before the stream, tables in snapshot order, and transactions in commit
+// order: commit LSNs grow in commit order, while the LSNs of the changes do not.
+//
+// State is JSON, readable forever:
+//
+//	{"v":1,"epoch":0,"lsn":"0/16B3748","change":3,"record":1}
+//	    the records up to the second one of the third change of the transaction committed at
+//	    0/16B3748 are out
+//	{"v":1,"epoch":0,"lsn":"0/16B3748","change":5,"record":0,"end":"0/16B37B0"}
+//	    the whole transaction is out; resume at its end LSN
+//	{"v":1,"epoch":0,"snapshot":{"lsn":"0/16B2000","schema":"public","table":"t","table_index":2,"rows":10,"key":["42"]}}
+//	    snapshot: 10 rows of public.t are out, the last with chunk key 42; the stream starts
+//	    at 0/16B2000 once the snapshot is done
+//
+// A heartbeat (an idle slot moved to the server's WAL end W) is {"lsn":W,"change":0,"record":0,"end":W}.
+
+const (
+	phaseSnapshot byte = 0
+	phaseStream   byte = 1
+	stateVersion       = 1
+	orderLen           = 4 + 1 + 8 + 8
+)
+
+// position is the decoded form of a Position.
+type position struct {
+	Epoch uint32
+	// Snapshot is set while the initial snapshot runs.
+	Snapshot *snapshotPos
+	// Stream: LSN is the commit LSN of the transaction the last record belongs to (or a
+	// heartbeat LSN); Change and Record locate that record in it; End, when set, is where the
+	// stream resumes because everything before it is out.
+	LSN    pglogrepl.LSN
+	Change uint64
+	Record uint16
+	End    pglogrepl.LSN
+}
+
+type snapshotPos struct {
+	LSN        pglogrepl.LSN // where streaming starts once the snapshot is done
+	Schema     string        // the table being read
+	Table      string
+	TableIndex uint32
+	Rows       uint64
+	Key        []string // text form of the last emitted row's chunk key; nil before the first
+}
+
+// index is the in-transaction part of the order.
+func (p *position) index() uint64 { return p.Change<<16 | uint64(p.Record) }
+
+// resumeLSN is the LSN streaming resumes at, and the index up to which the records of the
+// transaction committed there are already out (0: none).
+func (p *position) resumeLSN() (pglogrepl.LSN, uint64) {
+	if p.End != 0 {
+		return p.End, 0
+	}
+	return p.LSN, p.index()
+}
+
+// flushLSN is the LSN the slot may confirm once p is durable: everything committed before it
+// is in the log. A snapshot position confirms nothing: the stream must start at its LSN.
+func (p *position) flushLSN() pglogrepl.LSN {
+	if p.Snapshot != nil {
+		return 0
+	}
+	if p.End != 0 {
+		return p.End
+	}
+	return p.LSN
+}
+
+func (p *position) order() []byte {
+	b := make([]byte, orderLen)
+	binary.BigEndian.PutUint32(b, p.Epoch)
+	if p.Snapshot != nil {
+		b[4] = phaseSnapshot
+		binary.BigEndian.PutUint64(b[5:], uint64(p.Snapshot.TableIndex))
+		binary.BigEndian.PutUint64(b[13:], p.Snapshot.Rows)
+	} else {
+		b[4] = phaseStream
+		binary.BigEndian.PutUint64(b[5:], uint64(p.LSN))
+		binary.BigEndian.PutUint64(b[13:], p.index())
+	}
+	return b
+}
+
+// appendState appends the JSON state of p to dst.
+func (p *position) appendState(dst []byte) []byte {
+	dst = append(dst, `{"v":1,"epoch":`...)
+	dst = strconv.AppendUint(dst, uint64(p.Epoch), 10)
+	if s := p.Snapshot; s != nil {
+		dst = append(dst, `,"snapshot":{"lsn":"`...)
+		dst = append(dst, s.LSN.String()...)
+		dst = append(dst, `","schema":`...)
+		dst, _ = connect.AppendJSON(dst, s.Schema)
+		dst = append(dst, `,"table":`...)
+		dst, _ = connect.AppendJSON(dst, s.Table)
+		dst = append(dst, `,"table_index":`...)
+		dst = strconv.AppendUint(dst, uint64(s.TableIndex), 10)
+		dst = append(dst, `,"rows":`...)
+		dst = strconv.AppendUint(dst, s.Rows, 10)
+		if s.Key != nil {
+			dst = append(dst, `,"key":[`...)
+			for i, k := range s.Key {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst, _ = connect.AppendJSON(dst, k)
+			}
+			dst = append(dst, ']')
+		}
+		return append(dst, `}}`...)
+	}
+	dst = append(dst, `,"lsn":"`...)
+	dst = append(dst, p.LSN.String()...)
+	dst = append(dst, `","change":`...)
+	dst = strconv.AppendUint(dst, p.Change, 10)
+	dst = append(dst, `,"record":`...)
+	dst = strconv.AppendUint(dst, uint64(p.Record), 10)
+	if p.End != 0 {
+		dst = append(dst, `,"end":"`...)
+		dst = append(dst, p.End.String()...)
+		dst = append(dst, '"')
+	}
+	return append(dst, '}')
+}
+
+func (p *position) encode() connect.Position {
+	return connect.Position{Order: p.order(), State: p.appendState(nil)}
+}
+
+type stateJSON struct {
+	V        *int          `json:"v"`
+	Epoch    uint32        `json:"epoch"`
+	LSN      string        `json:"lsn"`
+	Change   uint64        `json:"change"`
+	Record   uint16        `json:"record"`
+	End      string        `json:"end"`
+	Snapshot *snapshotJSON `json:"snapshot"`
+}
+
+type snapshotJSON struct {
+	LSN        string   `json:"lsn"`
+	Schema     string   `json:"schema"`
+	Table      string   `json:"table"`
+	TableIndex uint32   `json:"table_index"`
+	Rows       uint64   `json:"rows"`
+	Key        []string `json:"key"`
+}
+
+var errBadPosition = errors.New("not a postgres source position")
+
+// decodePosition parses a Position this source made. Only the State is read: the Order
+// follows from it.
+func decodePosition(cp connect.Position) (position, error) {
+	var st stateJSON
+	if err := json.Unmarshal(cp.State, &st); err != nil {
+		return position{}, fmt.Errorf("%w: %v", errBadPosition, err)
+	}
+	if st.V == nil || *st.V != stateVersion {
+		return position{}, fmt.Errorf("%w: want \"v\":1", errBadPosition)
+	}
+	p := position{Epoch: st.Epoch, Change: st.Change, Record: st.Record}
+	var err error
+	if st.Snapshot != nil {
+		s := &snapshotPos{Schema: st.Snapshot.Schema, Table: st.Snapshot.Table, TableIndex: st.Snapshot.TableIndex, Rows: st.Snapshot.Rows, Key: st.Snapshot.Key}
+		if s.LSN, err = pglogrepl.ParseLSN(st.Snapshot.LSN); err != nil {
+			return position{}, fmt.Errorf("%w: snapshot.lsn %q: %v", errBadPosition, st.Snapshot.LSN, err)
+		}
+		p.Snapshot = s
+		return p, nil
+	}
+	if p.LSN, err = pglogrepl.ParseLSN(st.LSN); err != nil {
+		return position{}, fmt.Errorf("%w: lsn %q: %v", errBadPosition, st.LSN, err)
+	}
+	if st.End != "" {
+		if p.End, err = pglogrepl.ParseLSN(st.End); err != nil {
+			return position{}, fmt.Errorf("%w: end %q: %v", errBadPosition, st.End, err)
+		}
+	}
+	return p, nil
+}

@@ -1,0 +1,247 @@
+package postgres
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// receiver owns the replication connection while it streams. Its goroutine reads the
+// server's messages, answers keepalives at once, reports the acknowledged LSN in standby
+// status updates, and hands the WAL data messages to Read through a bounded queue. When the
+// queue is full it stops reading but keeps sending status updates, so a stalled log never
+// makes the server drop the connection (wal_sender_timeout).
+//
+// The flush LSN it reports is only ever what Ack allowed: the slot's confirmed_flush_lsn
+// never passes what the log holds.
+type receiver struct {
+	conn     *pgconn.PgConn
+	msgs     chan walMsg
+	interval time.Duration
+	log      *slog.Logger
+	st       *stats
+
+	done chan struct{}
+	err  error // set before done is closed
+
+	flush    atomic.Uint64 // highest LSN Ack allowed
+	walEnd   atomic.Uint64 // from keepalives: every transaction committed before it was sent
+	received atomic.Uint64 // end of the last WAL data received
+	ackCh    chan struct{}
+
+	wakeMu sync.Mutex
+	wake   context.CancelFunc
+
+	// receiver goroutine only
+	sentFlush pglogrepl.LSN
+	lastSent  time.Time
+}
+
+// walMsg is one XLogData message: the LSN of its WAL record and the pgoutput message.
+type walMsg struct {
+	lsn  pglogrepl.LSN
+	data []byte
+}
+
+func newReceiver(conn *pgconn.PgConn, queue int, interval time.Duration, start pglogrepl.LSN, log *slog.Logger, st *stats) *receiver {
+	r := &receiver{
+		conn: conn, msgs: make(chan walMsg, queue), interval: interval, log: log, st: st,
+		done: make(chan struct{}), ackCh: make(chan struct{}, 1),
+	}
+	// everything before the start LSN is in the log: that is why streaming starts there
+	r.flush.Store(uint64(start))
+	r.walEnd.Store(uint64(start))
+	return r
+}
+
+// run is the receiver goroutine; it returns when ctx ends or the connection fails.
+func (r *receiver) run(ctx context.Context) {
+	defer close(r.done)
+	r.err = r.loop(ctx)
+}
+
+// allow raises the flush LSN the receiver may report; called by Ack, from any goroutine.
+func (r *receiver) allow(lsn pglogrepl.LSN) {
+	for {
+		cur := r.flush.Load()
+		if uint64(lsn) <= cur {
+			return
+		}
+		if r.flush.CompareAndSwap(cur, uint64(lsn)) {
+			break
+		}
+	}
+	select {
+	case r.ackCh <- struct{}{}:
+	default:
+	}
+	r.wakeMu.Lock()
+	if r.wake != nil {
+		r.wake()
+	}
+	r.wakeMu.Unlock()
+}
+
+const ackRateLimit = 100 * time.Millisecond
+
+func (r *receiver) loop(ctx context.Context) error {
+	r.lastSent = time.Time{}
+	if err := r.status(false); err != nil {
+		return err
+	}
+	for {
+		if err := r.maybeStatus(); err != nil {
+			return err
+		}
+		rctx, cancel := context.WithDeadline(ctx, r.nextDue())
+		r.wakeMu.Lock()
+		r.wake = cancel
+		r.wakeMu.Unlock()
+		msg, err := r.conn.ReceiveMessage(rctx)
+		r.wakeMu.Lock()
+		r.wake = nil
+		r.wakeMu.Unlock()
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) || errors.Is(err, context.Canceled) {
+				continue
+			}
+			return fmt.Errorf("receive from the replication stream: %w", err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("parse keepalive: %w", err)
+				}
+				r.raiseWALEnd(ka.ServerWALEnd)
+				if ka.ReplyRequested {
+					if err := r.status(false); err != nil {
+						return err
+					}
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("parse WAL data: %w", err)
+				}
+				data := make([]byte, len(xld.WALData))
+				copy(data, xld.WALData)
+				if end := uint64(xld.WALStart) + uint64(len(xld.WALData)); end > r.received.Load() {
+					r.received.Store(end)
+				}
+				if err := r.deliver(ctx, walMsg{lsn: xld.WALStart, data: data}); err != nil {
+					return err
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return errors.New("replication stream: the server ended it")
+		}
+	}
+}
+
+func (r *receiver) raiseWALEnd(lsn pglogrepl.LSN) {
+	if uint64(lsn) > r.walEnd.Load() {
+		r.walEnd.Store(uint64(lsn))
+		r.st.walEnd.Store(uint64(lsn))
+	}
+}
+
+// nextDue is when the next status update is due: at the interval, or soon when Ack allowed
+// more than was reported.
+func (r *receiver) nextDue() time.Time {
+	due := r.lastSent.Add(r.interval)
+	if pglogrepl.LSN(r.flush.Load()) > r.sentFlush {
+		if soon := r.lastSent.Add(ackRateLimit); soon.Before(due) {
+			due = soon
+		}
+	}
+	return due
+}
+
+func (r *receiver) maybeStatus() error {
+	if time.Now().Before(r.nextDue()) {
+		return nil
+	}
+	return r.status(false)
+}
+
+// deliver queues a message for Read, sending status updates while the queue is full.
+func (r *receiver) deliver(ctx context.Context, m walMsg) error {
+	select {
+	case r.msgs <- m:
+		return r.maybeStatus()
+	default:
+	}
+	for {
+		t := time.NewTimer(time.Until(r.nextDue()))
+		select {
+		case r.msgs <- m:
+			t.Stop()
+			return r.maybeStatus()
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		case <-r.ackCh:
+			t.Stop()
+		}
+		if err := r.maybeStatus(); err != nil {
+			return err
+		}
+	}
+}
+
+// status sends a standby status update: write is what was received, flush and apply what
+// Ack allowed.
+func (r *receiver) status(reply bool) error {
+	flush := pglogrepl.LSN(r.flush.Load())
+	write := pglogrepl.LSN(max(r.received.Load(), r.walEnd.Load(), uint64(flush)))
+	if err := sendStatus(r.conn, write, flush, reply); err != nil {
+		return fmt.Errorf("send standby status: %w", err)
+	}
+	r.sentFlush = flush
+	r.lastSent = time.Now()
+	r.st.acked.Store(uint64(flush))
+	return nil
+}
+
+// sendStatus writes a standby status update. (pglogrepl's helper reports the write position
+// as flushed when flush is 0; this one reports exactly what it is given.)
+func sendStatus(conn *pgconn.PgConn, write, flush pglogrepl.LSN, reply bool) error {
+	data := make([]byte, 0, 34)
+	data = append(data, pglogrepl.StandbyStatusUpdateByteID)
+	data = binary.BigEndian.AppendUint64(data, uint64(write))
+	data = binary.BigEndian.AppendUint64(data, uint64(flush))
+	data = binary.BigEndian.AppendUint64(data, uint64(flush))
+	data = binary.BigEndian.AppendUint64(data, uint64(time.Now().UnixMicro()-946_684_800_000_000))
+	if reply {
+		data = append(data, 1)
+	} else {
+		data = append(data, 0)
+	}
+	buf, err := (&pgproto3.CopyData{Data: data}).Encode(nil)
+	if err != nil {
+		return err
+	}
+	return conn.Frontend().SendUnbufferedEncodedCopyData(buf)
+}

@@ -1,0 +1,366 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// The snapshot reads every captured table inside one REPEATABLE READ transaction: the one
+// that imported the snapshot the slot exported when it was created, so the snapshot holds
+// exactly the transactions committed before the slot's consistent point, and the stream
+// starts there. Tables are read one after the other, in (schema, name) order, each in chunks
+// of snapshot.fetch.size rows in key order:
+//
+//	SELECT <columns> FROM t WHERE (k1, k2) > ($1, $2) ORDER BY k1, k2 LIMIT n
+//
+// (the primary key, else the replica identity index, else ctid), so no table is ever held in
+// memory and every row's position names the key after which the next chunk starts.
+//
+// After a crash the exported snapshot is gone. The snapshot then goes on after the stored
+// key in a new transaction, and the stream still starts at the slot's consistent point: the
+// rows read later may be newer than that point, and the stream replays every change since
+// then on top of them, so the derived state ends up equal to the tables (each row is read
+// once; each change is streamed once).
+//
+// The chunk reader (chunkQuery, the key handling) depends only on a connection and a table
+// description, so the shared incremental snapshot can reuse it.
+
+// snapshotter is the state of a running snapshot.
+type snapshotter struct {
+	s       *Source
+	lsn     pglogrepl.LSN // where the stream starts; the version of the rows
+	started time.Time
+	tables  []tableRef
+	next    int    // index in tables of the table being read
+	index   uint32 // its index in snapshot order (the position's table_index)
+	cur     *snapTable
+	rr      *pgconn.ResultReader
+	held    *connect.Record // the last row read, held back until it is known whether it is the last
+	inTx    bool
+	resume  *snapshotPos
+}
+
+// snapTable is the table being read.
+type snapTable struct {
+	ref       tableRef
+	t         *table
+	chunk     chunkQuery
+	rows      uint64
+	lastKey   [][]byte // text of the chunk key of the last row read; nil before the first
+	chunkRows int
+}
+
+// chunkQuery reads a table in key order, one chunk at a time.
+type chunkQuery struct {
+	first   string   // the first chunk
+	next    string   // the chunks after a key
+	keyCols []int    // positions of the chunk key in the select list
+	keyOIDs []uint32 // their types, for the parameters
+	ncols   int      // columns of the row image at the start of the select list
+}
+
+// newChunkQuery builds the chunk queries of a table whose row image has the given columns.
+// keyNames is the chunk key (primary key or replica identity index); nil reads in ctid order.
+func newChunkQuery(schema, name string, cols []colDef, keyNames []string, keyTypes map[string]uint32, limit int) chunkQuery {
+	q := chunkQuery{ncols: len(cols)}
+	sel := make([]string, 0, len(cols)+len(keyNames)+1)
+	for _, c := range cols {
+		sel = append(sel, quoteIdent(c.Name))
+	}
+	var order []string
+	if keyNames == nil {
+		sel = append(sel, "ctid")
+		q.keyCols = []int{len(sel) - 1}
+		q.keyOIDs = []uint32{pgtype.TIDOID}
+		order = []string{"ctid"}
+	} else {
+		for _, k := range keyNames {
+			i := -1
+			for j, c := range cols {
+				if c.Name == k {
+					i = j
+					break
+				}
+			}
+			if i < 0 {
+				sel = append(sel, quoteIdent(k))
+				i = len(sel) - 1
+			}
+			q.keyCols = append(q.keyCols, i)
+			q.keyOIDs = append(q.keyOIDs, keyTypes[k])
+			order = append(order, quoteIdent(k))
+		}
+	}
+	from := " FROM " + qualified(schema, name)
+	orderBy := " ORDER BY " + strings.Join(order, ", ") + " LIMIT " + strconv.Itoa(limit)
+	q.first = "SELECT " + strings.Join(sel, ", ") + from + orderBy
+	params := make([]string, len(order))
+	for i := range params {
+		params[i] = "$" + strconv.Itoa(i+1)
+	}
+	q.next = "SELECT " + strings.Join(sel, ", ") + from +
+		" WHERE (" + strings.Join(order, ", ") + ") > (" + strings.Join(params, ", ") + ")" + orderBy
+	return q
+}
+
+// start runs the chunk after lastKey (the first chunk when nil); the rows come in text form.
+func (q *chunkQuery) start(ctx context.Context, c *pgconn.PgConn, lastKey [][]byte) *pgconn.ResultReader {
+	if lastKey == nil {
+		return c.ExecParams(ctx, q.first, nil, nil, nil, []int16{pgtype.TextFormatCode})
+	}
+	return c.ExecParams(ctx, q.next, lastKey, q.keyOIDs, nil, []int16{pgtype.TextFormatCode})
+}
+
+// openSnapshot begins the snapshot transaction on the catalog connection.
+func (s *Source) openSnapshot(ctx context.Context, lsn pglogrepl.LSN, resume *snapshotPos, exported string) (*snapshotter, error) {
+	sn := &snapshotter{s: s, lsn: lsn, started: s.now(), resume: resume}
+	if _, err := s.cat.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"); err != nil {
+		return nil, fmt.Errorf("begin snapshot: %w", err)
+	}
+	sn.inTx = true
+	if exported != "" {
+		if _, err := s.cat.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(exported)); err != nil {
+			sn.close(ctx)
+			return nil, fmt.Errorf("import snapshot %s: %w", exported, err)
+		}
+	}
+	if lsn == 0 {
+		// initial_only: no slot; the rows carry the WAL position of the snapshot
+		if resume != nil {
+			sn.lsn = resume.LSN
+		} else if err := s.cat.QueryRow(ctx, "SELECT pg_current_wal_lsn()").Scan(&sn.lsn); err != nil {
+			sn.close(ctx)
+			return nil, fmt.Errorf("snapshot wal position: %w", err)
+		}
+	}
+	tables, err := capturedTables(ctx, s.cat, &s.set.filter)
+	if err != nil {
+		sn.close(ctx)
+		return nil, err
+	}
+	if resume != nil {
+		// go on with the stored table, or the first after it if it is gone
+		sn.index = resume.TableIndex
+		for len(tables) > 0 && (tables[0].Schema < resume.Schema || tables[0].Schema == resume.Schema && tables[0].Name < resume.Table) {
+			tables = tables[1:]
+		}
+		if len(tables) == 0 || tables[0].Schema != resume.Schema || tables[0].Name != resume.Table {
+			sn.index++
+			sn.resume = nil
+		}
+	}
+	sn.tables = tables
+	s.log.Info("snapshot started", "tables", len(tables), "lsn", sn.lsn, "resumed", resume != nil)
+	return sn, nil
+}
+
+// close ends the snapshot transaction.
+func (sn *snapshotter) close(ctx context.Context) {
+	if sn.rr != nil {
+		_, _ = sn.rr.Close()
+		sn.rr = nil
+	}
+	if sn.inTx && sn.s.cat != nil {
+		_, _ = sn.s.cat.Exec(ctx, "ROLLBACK")
+	}
+	sn.inTx = false
+}
+
+// openTable prepares the next table: its columns, keys and decoders.
+func (sn *snapshotter) openTable(ctx context.Context) error {
+	s := sn.s
+	ref := sn.tables[sn.next]
+	defs, err := tableColumns(ctx, s.cat, ref.OID, s.set.publication)
+	if err != nil {
+		return err
+	}
+	keyNames, err := keyColumns(ctx, s.cat, ref.OID)
+	if err != nil {
+		return err
+	}
+	t, err := s.newTable(ctx, ref.OID, ref.Schema, ref.Name, defs, keyNames)
+	if err != nil {
+		return err
+	}
+	keyTypes := map[string]uint32{}
+	if keyNames != nil {
+		rows, err := s.cat.Query(ctx, `SELECT attname, atttypid FROM pg_attribute WHERE attrelid = $1 AND attname = ANY ($2)`, ref.OID, keyNames)
+		if err != nil {
+			return fmt.Errorf("key types of %s: %w", ref, err)
+		}
+		for rows.Next() {
+			var n string
+			var oid uint32
+			if err := rows.Scan(&n, &oid); err != nil {
+				rows.Close()
+				return fmt.Errorf("key types of %s: %w", ref, err)
+			}
+			keyTypes[n] = oid
+		}
+		rows.Close()
+	}
+	st := &snapTable{ref: ref, t: t, chunk: newChunkQuery(ref.Schema, ref.Name, defs, keyNames, keyTypes, s.set.fetchSize)}
+	if r := sn.resume; r != nil && r.Schema == ref.Schema && r.Table == ref.Name {
+		st.rows = r.Rows
+		if r.Key != nil {
+			st.lastKey = make([][]byte, len(r.Key))
+			for i, k := range r.Key {
+				st.lastKey[i] = []byte(k)
+			}
+		}
+		sn.resume = nil
+	}
+	sn.cur = st
+	return nil
+}
+
+// readSnapshot returns the next batch of snapshot rows. The last row read is held back until
+// the next one is known, so that the snapshot's very last row is marked "last".
+func (s *Source) readSnapshot(ctx context.Context) (connect.Batch, error) {
+	sn := s.snap
+	recs := make([]connect.Record, 0, min(s.set.maxBatch+1, 1024))
+	if sn.held != nil {
+		recs = append(recs, *sn.held)
+		sn.held = nil
+	}
+	finished := false
+	for len(recs) <= s.set.maxBatch && !finished {
+		if err := ctx.Err(); err != nil {
+			return connect.Batch{}, err
+		}
+		if sn.cur == nil {
+			if sn.next >= len(sn.tables) {
+				finished = true
+				break
+			}
+			if err := sn.openTable(ctx); err != nil {
+				return connect.Batch{}, err
+			}
+		}
+		cur := sn.cur
+		if sn.rr == nil {
+			sn.rr = cur.chunk.start(ctx, s.cat.PgConn(), cur.lastKey)
+			cur.chunkRows = 0
+		}
+		if sn.rr.NextRow() {
+			rec, err := sn.row(cur, sn.rr.Values())
+			if err != nil {
+				return connect.Batch{}, err
+			}
+			recs = append(recs, rec)
+			continue
+		}
+		_, err := sn.rr.Close()
+		sn.rr = nil
+		if err != nil {
+			return connect.Batch{}, fmt.Errorf("snapshot of %s: %w", cur.ref, err)
+		}
+		s.st.addRows(cur.ref.String(), int64(cur.chunkRows))
+		if cur.chunkRows < s.set.fetchSize {
+			s.log.Info("snapshot of table done", "table", cur.ref.String(), "rows", cur.rows)
+			sn.cur = nil
+			sn.next++
+			sn.index++
+		}
+	}
+	if !finished {
+		if len(recs) == 0 {
+			return connect.Batch{}, fmt.Errorf("snapshot: no progress")
+		}
+		last := recs[len(recs)-1]
+		sn.held = &last
+		recs = recs[:len(recs)-1]
+		return connect.Batch{Records: recs, Position: recs[len(recs)-1].Position}, nil
+	}
+	return s.finishSnapshot(ctx, recs)
+}
+
+// row builds the record of one snapshot row.
+func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error) {
+	s := sn.s
+	t := cur.t
+	if len(vals) < cur.chunk.ncols {
+		return connect.Record{}, fmt.Errorf("snapshot of %s: a row of %d columns, want %d", cur.ref, len(vals), cur.chunk.ncols)
+	}
+	err := t.decode(func(i int) (byte, []byte) {
+		if vals[i] == nil {
+			return kindNull, nil
+		}
+		return kindText, vals[i]
+	})
+	if err != nil {
+		return connect.Record{}, err
+	}
+	key := make([][]byte, len(cur.chunk.keyCols))
+	keyText := make([]string, len(key))
+	for j, i := range cur.chunk.keyCols {
+		keyText[j] = string(vals[i])
+		key[j] = []byte(keyText[j])
+	}
+	cur.lastKey = key
+	cur.rows++
+	cur.chunkRows++
+	after, _ := t.image()
+	ev := &event{
+		op:       connect.OpRead,
+		after:    after,
+		key:      t.keyRow(),
+		commit:   sn.started,
+		snapshot: "true",
+		lsn:      sn.lsn,
+		version:  sn.lsn,
+		pos: position{Epoch: s.epoch, Snapshot: &snapshotPos{
+			LSN: sn.lsn, Schema: cur.ref.Schema, Table: cur.ref.Name, TableIndex: sn.index, Rows: cur.rows, Key: keyText,
+		}},
+	}
+	s.st.events.Add(1)
+	return s.record(t, ev), nil
+}
+
+// finishSnapshot ends the snapshot: the last row is marked "last", the transaction ends and
+// the batch carries the position where the stream starts.
+func (s *Source) finishSnapshot(ctx context.Context, recs []connect.Record) (connect.Batch, error) {
+	sn := s.snap
+	if n := len(recs); n > 0 {
+		markLast(&recs[n-1])
+	}
+	if _, err := s.cat.Exec(ctx, "COMMIT"); err != nil {
+		return connect.Batch{}, fmt.Errorf("end snapshot: %w", err)
+	}
+	sn.inTx = false
+	s.snap = nil
+	s.cur = position{Epoch: s.epoch, LSN: sn.lsn, End: sn.lsn}
+	s.st.snapRun.Store(false)
+	s.st.snapDone.Store(true)
+	s.log.Info("snapshot done", "lsn", sn.lsn, "took", s.now().Sub(sn.started).Round(time.Millisecond))
+	if s.set.snapshotMode == SnapshotInitialOnly {
+		s.phase = phaseDone
+	} else {
+		s.phase = phaseStreaming // the stream connects on the next Read
+	}
+	return connect.Batch{Records: recs, Position: s.cur.encode()}, nil
+}
+
+// markLast sets source.snapshot to "last" in a snapshot record's value.
+func markLast(r *connect.Record) {
+	v, ok := r.Value.(connect.Row)
+	if !ok {
+		return
+	}
+	if src, ok := v[2].Value.(connect.Row); ok {
+		for i := range src {
+			if src[i].Name == "snapshot" {
+				src[i].Value = "last"
+			}
+		}
+	}
+}

@@ -1,0 +1,486 @@
+package postgres
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// streamState is Read's decoding state of the replication stream.
+type streamState struct {
+	// the transaction committed at resumeLSN has its records up to index skip in the log
+	resumeLSN pglogrepl.LSN
+	skip      uint64
+
+	inTx bool // between Begin and Commit, or replaying a streamed transaction
+	tx   txState
+
+	inStream  bool   // between Stream Start and Stream Stop
+	streamXid uint32 // the transaction of the current stream block
+	open      map[uint32]*spillFile
+	replay    *spillReader
+	replayF   *spillFile
+	overlay   map[uint32]*table // relations sent inside the replayed transaction
+
+	prevEnd pglogrepl.LSN // end of the last committed transaction, for source.sequence
+}
+
+type txState struct {
+	xid    uint32
+	commit pglogrepl.LSN
+	end    pglogrepl.LSN
+	ts     time.Time
+	change uint64
+	skip   uint64
+}
+
+func newStreamState(resume pglogrepl.LSN, skip uint64) *streamState {
+	return &streamState{resumeLSN: resume, skip: skip, open: map[uint32]*spillFile{}, prevEnd: resume}
+}
+
+// discard removes the spill files of unfinished transactions (the server sends them again).
+func (st *streamState) discard() {
+	for xid, f := range st.open {
+		_ = f.remove()
+		delete(st.open, xid)
+	}
+	if st.replayF != nil {
+		_ = st.replayF.remove()
+		st.replayF, st.replay = nil, nil
+	}
+}
+
+// skipFor is the index up to which the records of the transaction committed at commit are
+// already in the log.
+func (st *streamState) skipFor(commit pglogrepl.LSN) uint64 {
+	switch {
+	case commit == st.resumeLSN:
+		return st.skip
+	case commit < st.resumeLSN:
+		return ^uint64(0) // the server does not send these; never emit them twice
+	}
+	return 0
+}
+
+// Message type bytes of pgoutput.
+const (
+	msgBegin        = 'B'
+	msgCommit       = 'C'
+	msgRelation     = 'R'
+	msgType         = 'Y'
+	msgInsert       = 'I'
+	msgUpdate       = 'U'
+	msgDelete       = 'D'
+	msgTruncate     = 'T'
+	msgMessage      = 'M'
+	msgOrigin       = 'O'
+	msgStreamStart  = 'S'
+	msgStreamStop   = 'E'
+	msgStreamCommit = 'c'
+	msgStreamAbort  = 'A'
+)
+
+// recordEnd is the Record of the position that ends a transaction: above every record of
+// its last change.
+const recordEnd = 0xFFFF
+
+// readStream returns the next batch of the stream.
+func (s *Source) readStream(ctx context.Context) (connect.Batch, error) {
+	if s.stream == nil {
+		if err := s.startStream(ctx, s.cur); err != nil {
+			return connect.Batch{}, err
+		}
+	}
+	st := s.stream
+	recs := make([]connect.Record, 0, min(s.set.maxBatch, 256))
+	var idle *time.Timer
+	defer func() {
+		if idle != nil {
+			idle.Stop()
+		}
+	}()
+	for len(recs) < s.set.maxBatch {
+		if st.replay != nil {
+			if err := s.replayNext(ctx, &recs); err != nil {
+				return connect.Batch{}, err
+			}
+			continue
+		}
+		var m walMsg
+		select {
+		case m = <-s.rcv.msgs:
+		default:
+			if len(recs) > 0 {
+				return s.batch(recs), nil
+			}
+			s.idleAdvance()
+			if s.heartbeatDue() {
+				return s.batch(nil), nil
+			}
+			if idle == nil {
+				idle = time.NewTimer(s.set.statusInterval)
+			} else {
+				idle.Reset(s.set.statusInterval)
+			}
+			select {
+			case m = <-s.rcv.msgs:
+			case <-ctx.Done():
+				return connect.Batch{}, ctx.Err()
+			case <-s.rcv.done:
+				return connect.Batch{}, s.rcv.err
+			case <-idle.C:
+				continue
+			}
+		}
+		if err := s.handle(ctx, m, &recs); err != nil {
+			return connect.Batch{}, err
+		}
+	}
+	return s.batch(recs), nil
+}
+
+// batch wraps records with the current position.
+func (s *Source) batch(recs []connect.Record) connect.Batch {
+	return connect.Batch{Records: recs, Position: s.cur.encode()}
+}
+
+// heartbeatDue reports whether an empty batch should carry a newer position now: the
+// position moved (transactions of tables not captured, the WAL end of an idle server) and
+// the last batch is a status interval old.
+func (s *Source) heartbeatDue() bool {
+	if s.now().Sub(s.lastOut) < s.set.statusInterval {
+		return false
+	}
+	emitted, err := decodePosition(s.emitted)
+	if err != nil || emitted.Epoch != s.cur.Epoch || emitted.Snapshot != nil {
+		return true
+	}
+	return string(s.cur.order()) > string(emitted.order()) || s.cur.End != emitted.End
+}
+
+// idleAdvance moves the position to the server's WAL end when no transaction is in flight:
+// every transaction committed before it has been received and emitted, so the slot may
+// confirm it once the log holds the position (the slot must not pile up WAL behind a
+// database whose changes are all filtered out).
+func (s *Source) idleAdvance() {
+	st := s.stream
+	w := pglogrepl.LSN(s.rcv.walEnd.Load())
+	if st.inTx || st.replay != nil || len(s.rcv.msgs) > 0 {
+		return
+	}
+	s.advanceTo(w)
+}
+
+func (s *Source) advanceTo(w pglogrepl.LSN) {
+	if resume, _ := s.cur.resumeLSN(); w > resume {
+		s.cur = position{Epoch: s.epoch, LSN: w, End: w}
+	}
+}
+
+// handle processes one message of the stream.
+func (s *Source) handle(ctx context.Context, m walMsg, recs *[]connect.Record) error {
+	st := s.stream
+	if len(m.data) == 0 {
+		return nil
+	}
+	typ := m.data[0]
+	if st.inStream {
+		switch typ {
+		case msgRelation, msgInsert, msgUpdate, msgDelete, msgTruncate:
+			if len(m.data) < 5 {
+				return fmt.Errorf("pgoutput: short streamed message %q", typ)
+			}
+			xid := binary.BigEndian.Uint32(m.data[1:5])
+			f := st.open[st.streamXid]
+			if f == nil {
+				return fmt.Errorf("pgoutput: streamed change outside a stream of transaction %d", st.streamXid)
+			}
+			return f.append(m.lsn, xid, m.data)
+		case msgType, msgMessage, msgOrigin:
+			return nil
+		}
+	}
+	msg, err := pglogrepl.ParseV2(m.data, false)
+	if err != nil {
+		return fmt.Errorf("pgoutput: parse message %q at %s: %w", typ, m.lsn, err)
+	}
+	switch msg := msg.(type) {
+	case *pglogrepl.BeginMessage:
+		st.inTx = true
+		st.tx = txState{xid: msg.Xid, commit: msg.FinalLSN, ts: msg.CommitTime, skip: st.skipFor(msg.FinalLSN)}
+	case *pglogrepl.CommitMessage:
+		if !st.inTx {
+			return fmt.Errorf("pgoutput: commit at %s without begin", msg.CommitLSN)
+		}
+		s.endTx(msg.TransactionEndLSN)
+	case *pglogrepl.RelationMessageV2:
+		return s.relation(ctx, &msg.RelationMessage, s.tables)
+	case *pglogrepl.InsertMessageV2, *pglogrepl.UpdateMessageV2, *pglogrepl.DeleteMessageV2, *pglogrepl.TruncateMessageV2:
+		if !st.inTx {
+			return fmt.Errorf("pgoutput: change at %s outside a transaction", m.lsn)
+		}
+		return s.change(ctx, msg, m.lsn, recs, nil)
+	case *pglogrepl.LogicalDecodingMessageV2:
+		// a non-transactional message (a heartbeat) is decoded when its WAL record is read:
+		// every transaction committed before it has been sent
+		if !msg.Transactional && !st.inTx && st.replay == nil {
+			s.advanceTo(msg.LSN)
+		}
+	case *pglogrepl.StreamStartMessageV2:
+		st.inStream, st.streamXid = true, msg.Xid
+		if st.open[msg.Xid] == nil {
+			if s.spill == nil {
+				return errors.New("pgoutput: streamed transaction, but protocol version 1 was asked for")
+			}
+			f, err := s.spill.create(msg.Xid)
+			if err != nil {
+				return err
+			}
+			st.open[msg.Xid] = f
+		}
+	case *pglogrepl.StreamStopMessageV2:
+		st.inStream = false
+	case *pglogrepl.StreamAbortMessageV2:
+		f := st.open[msg.Xid]
+		if f == nil {
+			return nil
+		}
+		if msg.SubXid == msg.Xid || msg.SubXid == 0 {
+			delete(st.open, msg.Xid)
+			return f.remove()
+		}
+		return f.abortSub(msg.SubXid)
+	case *pglogrepl.StreamCommitMessageV2:
+		st.inTx = true
+		st.tx = txState{xid: msg.Xid, commit: msg.CommitLSN, end: msg.TransactionEndLSN, ts: msg.CommitTime, skip: st.skipFor(msg.CommitLSN)}
+		f := st.open[msg.Xid]
+		delete(st.open, msg.Xid)
+		if f == nil {
+			s.endTx(msg.TransactionEndLSN)
+			return nil
+		}
+		r, err := f.reader()
+		if err != nil {
+			_ = f.remove()
+			return err
+		}
+		st.replay, st.replayF, st.overlay = r, f, map[uint32]*table{}
+	}
+	return nil
+}
+
+// replayNext emits the next spilled message of the streamed transaction being replayed.
+func (s *Source) replayNext(ctx context.Context, recs *[]connect.Record) error {
+	st := s.stream
+	lsn, data, err := st.replay.next()
+	if errors.Is(err, io.EOF) {
+		rerr := st.replayF.remove()
+		st.replay, st.replayF, st.overlay = nil, nil, nil
+		s.endTx(st.tx.end)
+		return rerr
+	}
+	if err != nil {
+		return err
+	}
+	msg, err := pglogrepl.ParseV2(data, true)
+	if err != nil {
+		return fmt.Errorf("pgoutput: parse spilled message %q at %s: %w", data[0], lsn, err)
+	}
+	if rel, ok := msg.(*pglogrepl.RelationMessageV2); ok {
+		return s.relation(ctx, &rel.RelationMessage, st.overlay)
+	}
+	return s.change(ctx, msg, lsn, recs, st.overlay)
+}
+
+// endTx finishes the current transaction: the position moves past it.
+func (s *Source) endTx(end pglogrepl.LSN) {
+	st := s.stream
+	s.cur = position{Epoch: s.epoch, LSN: st.tx.commit, Change: st.tx.change, Record: recordEnd, End: end}
+	st.inTx = false
+	st.prevEnd = end
+	s.st.txs.Add(1)
+}
+
+// relation records a table's description.
+func (s *Source) relation(ctx context.Context, m *pglogrepl.RelationMessage, into map[uint32]*table) error {
+	defs := make([]colDef, len(m.Columns))
+	for i, c := range m.Columns {
+		defs[i] = colDef{Name: c.Name, Type: c.DataType, Typmod: c.TypeModifier}
+	}
+	var key []string
+	if s.set.filter.table(m.Namespace, m.RelationName) {
+		var err error
+		if key, err = keyColumns(ctx, s.cat, m.RelationID); err != nil {
+			return err
+		}
+	}
+	t, err := s.newTable(ctx, m.RelationID, m.Namespace, m.RelationName, defs, key)
+	if err != nil {
+		return err
+	}
+	into[m.RelationID] = t
+	return nil
+}
+
+func (s *Source) lookupTable(relid uint32, overlay map[uint32]*table) (*table, error) {
+	if t := overlay[relid]; t != nil {
+		return t, nil
+	}
+	if t := s.tables[relid]; t != nil {
+		return t, nil
+	}
+	return nil, fmt.Errorf("pgoutput: change of relation %d before its Relation message", relid)
+}
+
+// tupleGetter reads column i of a pgoutput tuple.
+func tupleGetter(td *pglogrepl.TupleData) func(i int) (byte, []byte) {
+	return func(i int) (byte, []byte) {
+		c := td.Columns[i]
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeText:
+			return kindText, c.Data
+		case pglogrepl.TupleDataTypeToast:
+			return kindUnchanged, nil
+		}
+		return kindNull, nil
+	}
+}
+
+func checkTuple(t *table, td *pglogrepl.TupleData) error {
+	if td == nil || len(td.Columns) != len(t.cols) {
+		n := -1
+		if td != nil {
+			n = len(td.Columns)
+		}
+		return connect.Permanentf("pgoutput: %s.%s: a row of %d columns, the relation has %d", t.schema, t.name, n, len(t.cols))
+	}
+	for _, c := range td.Columns {
+		if c.DataType == pglogrepl.TupleDataTypeBinary {
+			return connect.Permanentf("pgoutput: %s.%s: binary column values were not asked for", t.schema, t.name)
+		}
+	}
+	return nil
+}
+
+// rawKey returns the key columns' text of a tuple.
+func rawKey(t *table, td *pglogrepl.TupleData) [][]byte {
+	out := make([][]byte, len(t.key))
+	for j, i := range t.key {
+		out[j] = td.Columns[i].Data
+	}
+	return out
+}
+
+// change turns one change message into records.
+func (s *Source) change(ctx context.Context, msg pglogrepl.Message, lsn pglogrepl.LSN, recs *[]connect.Record, overlay map[uint32]*table) error {
+	st := s.stream
+	st.tx.change++
+	switch m := msg.(type) {
+	case *pglogrepl.InsertMessageV2:
+		t, err := s.lookupTable(m.RelationID, overlay)
+		if err != nil || !t.captured {
+			return err
+		}
+		if err := checkTuple(t, m.Tuple); err != nil {
+			return err
+		}
+		if err := t.decode(tupleGetter(m.Tuple)); err != nil {
+			return err
+		}
+		after, unchanged := t.image()
+		s.emit(recs, t, 0, &event{op: connect.OpCreate, after: after, unchanged: unchanged, key: t.keyRow(), lsn: lsn})
+	case *pglogrepl.UpdateMessageV2:
+		t, err := s.lookupTable(m.RelationID, overlay)
+		if err != nil || !t.captured {
+			return err
+		}
+		var before, oldKey connect.Row
+		var oldRaw [][]byte
+		if m.OldTuple != nil {
+			if err := checkTuple(t, m.OldTuple); err != nil {
+				return err
+			}
+			if err := t.decode(tupleGetter(m.OldTuple)); err != nil {
+				return err
+			}
+			before, _ = t.image()
+			oldKey = t.keyRow()
+			oldRaw = rawKey(t, m.OldTuple)
+		}
+		if err := checkTuple(t, m.NewTuple); err != nil {
+			return err
+		}
+		if err := t.decode(tupleGetter(m.NewTuple)); err != nil {
+			return err
+		}
+		after, unchanged := t.image()
+		key := t.keyRow()
+		if oldRaw != nil && t.key != nil && !sameKey(oldRaw, rawKey(t, m.NewTuple)) {
+			// a new primary key: Debezium's delete of the old key, its tombstone, then a create
+			s.emit(recs, t, 0, &event{op: connect.OpDelete, before: before, key: oldKey, lsn: lsn})
+			s.emit(recs, t, 1, &event{op: connect.OpDelete, key: oldKey, tombstone: true, lsn: lsn})
+			s.emit(recs, t, 2, &event{op: connect.OpCreate, after: after, unchanged: unchanged, key: key, lsn: lsn})
+			return nil
+		}
+		s.emit(recs, t, 0, &event{op: connect.OpUpdate, before: before, after: after, unchanged: unchanged, key: key, lsn: lsn})
+	case *pglogrepl.DeleteMessageV2:
+		t, err := s.lookupTable(m.RelationID, overlay)
+		if err != nil || !t.captured {
+			return err
+		}
+		if err := checkTuple(t, m.OldTuple); err != nil {
+			return err
+		}
+		if err := t.decode(tupleGetter(m.OldTuple)); err != nil {
+			return err
+		}
+		before, _ := t.image()
+		key := t.keyRow()
+		s.emit(recs, t, 0, &event{op: connect.OpDelete, before: before, key: key, lsn: lsn})
+		s.emit(recs, t, 1, &event{op: connect.OpDelete, key: key, tombstone: true, lsn: lsn})
+	case *pglogrepl.TruncateMessageV2:
+		for i, relid := range m.RelationIDs {
+			t, err := s.lookupTable(relid, overlay)
+			if err != nil {
+				return err
+			}
+			if !t.captured || i >= recordEnd {
+				continue
+			}
+			s.emit(recs, t, uint16(i), &event{op: connect.OpTruncate, lsn: lsn})
+		}
+	}
+	return nil
+}
+
+// emit appends the record of one event of the current transaction, unless the log already
+// has it (resume) or its operation is skipped.
+func (s *Source) emit(recs *[]connect.Record, t *table, rec uint16, ev *event) {
+	st := s.stream
+	pos := position{Epoch: s.epoch, LSN: st.tx.commit, Change: st.tx.change, Record: rec}
+	if st.tx.skip != 0 && pos.index() <= st.tx.skip {
+		return
+	}
+	if s.set.skip[ev.op] || ev.tombstone && !s.set.tombstones {
+		return
+	}
+	ev.pos = pos
+	ev.version = st.tx.commit
+	ev.commit = st.tx.ts
+	ev.snapshot = "false"
+	ev.txID = int64(st.tx.xid)
+	ev.sequence = sequenceOf(st.prevEnd, ev.lsn)
+	*recs = append(*recs, s.record(t, ev))
+	s.cur = pos
+	if !ev.tombstone {
+		s.st.events.Add(1)
+		s.st.behind.Store(s.now().Sub(st.tx.ts).Milliseconds())
+	}
+}

@@ -1,0 +1,237 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// table is how a captured table's rows become records: its columns with their decoders,
+// filters and masks, and which columns make the record key.
+type table struct {
+	relid    uint32
+	schema   string
+	name     string
+	topic    string
+	captured bool
+	cols     []column
+	key      []int // indexes into cols of the record key columns; nil: the key is null
+	keyNames []string
+
+	// scratch, reused row after row
+	vals []any
+	kind []byte
+}
+
+type column struct {
+	name   string
+	typ    uint32
+	typmod int32
+	decode decodeFunc
+	keep   bool
+	masks  []columnMask
+}
+
+// newTable builds the model of a table from its columns (as pgoutput sends them) and the
+// catalog's key columns.
+func (s *Source) newTable(ctx context.Context, relid uint32, schema, name string, defs []colDef, catalogKey []string) (*table, error) {
+	t := &table{
+		relid:    relid,
+		schema:   schema,
+		name:     name,
+		topic:    s.set.prefix + "." + schema + "." + name,
+		captured: s.set.filter.table(schema, name),
+	}
+	if !t.captured {
+		return t, nil
+	}
+	for _, d := range defs {
+		dec, err := s.types.decoder(ctx, d.Type, d.Typmod)
+		if err != nil {
+			return nil, fmt.Errorf("table %s.%s column %s: %w", schema, name, d.Name, err)
+		}
+		t.cols = append(t.cols, column{
+			name: d.Name, typ: d.Type, typmod: d.Typmod, decode: dec,
+			keep:  s.set.filter.column(schema, name, d.Name),
+			masks: s.set.masksFor(schema, name, d.Name),
+		})
+	}
+	keyNames := s.set.keyColumnsFor(schema, name)
+	if keyNames == nil {
+		keyNames = catalogKey
+	}
+	for _, kn := range keyNames {
+		i := t.colIndex(kn)
+		if i < 0 {
+			s.log.Warn("key column is not among the published columns: records of the table get a null key",
+				"table", schema+"."+name, "column", kn)
+			t.key = nil
+			break
+		}
+		t.key = append(t.key, i)
+	}
+	if t.key != nil {
+		t.keyNames = keyNames
+	}
+	t.vals = make([]any, len(t.cols))
+	t.kind = make([]byte, len(t.cols))
+	return t, nil
+}
+
+func (t *table) colIndex(name string) int {
+	for i := range t.cols {
+		if t.cols[i].name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Kinds of a column value in a row being decoded (pgoutput's tuple kinds).
+const (
+	kindNull      = 'n'
+	kindText      = 't'
+	kindUnchanged = 'u'
+)
+
+// decode fills t.vals and t.kind from the text values of one row. get returns the kind and
+// text of column i.
+func (t *table) decode(get func(i int) (byte, []byte)) error {
+	for i := range t.cols {
+		k, b := get(i)
+		t.kind[i] = k
+		t.vals[i] = nil
+		if k != kindText {
+			continue
+		}
+		v, err := t.cols[i].decode(b)
+		if err != nil {
+			// the same text fails the same way after a reconnect: retrying cannot help
+			return connect.Permanent(fmt.Errorf("table %s.%s column %s: %w", t.schema, t.name, t.cols[i].name, err))
+		}
+		t.vals[i] = v
+	}
+	return nil
+}
+
+// image returns the row image of the decoded row (kept columns, masks applied; unchanged
+// values left out) and the names of the unchanged columns.
+func (t *table) image() (connect.Row, []string) {
+	row := make(connect.Row, 0, len(t.cols))
+	var unchanged []string
+	for i := range t.cols {
+		c := &t.cols[i]
+		if !c.keep {
+			continue
+		}
+		if t.kind[i] == kindUnchanged {
+			unchanged = append(unchanged, c.name)
+			continue
+		}
+		v := t.vals[i]
+		for m := range c.masks {
+			v = c.masks[m].apply(v)
+		}
+		row = append(row, connect.Field{Name: c.name, Value: v})
+	}
+	return row, unchanged
+}
+
+// keyRow returns the record key of the decoded row, or nil when the table has no key.
+func (t *table) keyRow() connect.Row {
+	if t.key == nil {
+		return nil
+	}
+	k := make(connect.Row, len(t.key))
+	for j, i := range t.key {
+		k[j] = connect.Field{Name: t.cols[i].name, Value: t.vals[i]}
+	}
+	return k
+}
+
+// event is what a record's value and source block are made from.
+type event struct {
+	op        connect.Op
+	before    connect.Row
+	after     connect.Row
+	unchanged []string
+	key       connect.Row
+	tombstone bool
+
+	commit   time.Time
+	snapshot string // "true", "last", "false"
+	lsn      pglogrepl.LSN
+	txID     any
+	sequence any
+	version  pglogrepl.LSN
+	pos      position
+}
+
+// record builds the connect.Record of an event.
+func (s *Source) record(t *table, ev *event) connect.Record {
+	r := connect.Record{
+		Topic:     t.topic,
+		Partition: -1,
+		Offset:    -1,
+		Timestamp: ev.commit,
+		Version:   int64(ev.version),
+		Position:  ev.pos.encode(),
+	}
+	if ev.key != nil {
+		r.Key = ev.key
+	}
+	if ev.tombstone {
+		return r
+	}
+	src := connect.Row{
+		{Name: "version", Value: Version},
+		{Name: "connector", Value: "postgresql"},
+		{Name: "name", Value: s.set.prefix},
+		{Name: "ts_ms", Value: ev.commit.UnixMilli()},
+		{Name: "snapshot", Value: ev.snapshot},
+		{Name: "db", Value: s.set.dbname},
+		{Name: "sequence", Value: ev.sequence},
+		{Name: "schema", Value: t.schema},
+		{Name: "table", Value: t.name},
+		{Name: "txId", Value: ev.txID},
+		{Name: "lsn", Value: int64(ev.lsn)},
+		{Name: "xmin", Value: nil},
+	}
+	ce := connect.ChangeEvent{Op: ev.op, Before: ev.before, After: ev.after, Source: src, TsMs: s.now().UnixMilli()}
+	r.Value = ce.Row()
+	if len(ev.unchanged) > 0 {
+		r.Headers = connect.Headers{{Key: connect.HeaderUnchanged, Value: []byte(strings.Join(ev.unchanged, ","))}}
+	}
+	return r
+}
+
+// sequenceOf is Debezium's source.sequence: the JSON text of [last commit LSN, this LSN] as
+// decimal strings.
+func sequenceOf(prev, cur pglogrepl.LSN) string {
+	b := make([]byte, 0, 48)
+	b = append(b, `["`...)
+	b = strconv.AppendUint(b, uint64(prev), 10)
+	b = append(b, `","`...)
+	b = strconv.AppendUint(b, uint64(cur), 10)
+	return string(append(b, `"]`...))
+}
+
+// sameKey reports whether two raw key texts are equal.
+func sameKey(a, b [][]byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if (a[i] == nil) != (b[i] == nil) || !bytes.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
