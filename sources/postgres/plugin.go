@@ -3,6 +3,7 @@ package postgres
 import (
 	"fmt"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -134,7 +135,7 @@ func configDef() connect.ConfigDef {
 		{Name: KeyConnectTimeout, Type: connect.TypeInt, Default: "30000", HasDefault: true, Check: connect.AtLeast(1), Group: gConn,
 			Doc: "Milliseconds to wait for a connection to the server."},
 		{Name: KeyTopicPrefix, Type: connect.TypeString, Required: true, Check: checkTopicPrefix, Group: gEvents, Importance: connect.High,
-			Doc: "Prefix of the topic names, <topic.prefix>.<schema>.<table>, and source.name of every event."},
+			Doc: "The logical name of the server: the prefix of every topic name and the name in each event's source block. Topics are <topic.prefix>.<schema>.<table>."},
 		{Name: KeyPluginName, Type: connect.TypeString, Default: "pgoutput", HasDefault: true, Enum: []string{"pgoutput"}, Group: gRepl,
 			Doc: "Logical decoding output plugin; sluice speaks pgoutput, which every PostgreSQL 10+ has built in."},
 		{Name: KeySlotName, Type: connect.TypeString, Default: "debezium", HasDefault: true, Check: checkSlotName, Group: gRepl, Importance: connect.High,
@@ -316,5 +317,11 @@ func validate(cfg connect.Config) []connect.FieldError {
 			}
 		}
 	}
+	sort.Slice(errs, func(i, j int) bool {
+		if errs[i].Key != errs[j].Key {
+			return errs[i].Key < errs[j].Key
+		}
+		return errs[i].Message < errs[j].Message
+	})
 	return errs
 }
