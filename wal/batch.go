@@ -127,10 +127,9 @@ func peekBatchSize(b []byte) (int, bool) {
 	return lengthPrefix + int(l), true
 }
 
-// parseBatch decodes and verifies the batch at the start of b. It checks the
-// framing, version, checksum and header consistency and, when full, that
-// the records parse.
-func parseBatch(b []byte, full bool) (batchHeader, error) {
+// parseBatchHeader decodes the header of the batch at the start of b,
+// checking only the framing. Use parseBatch unless b was verified before.
+func parseBatchHeader(b []byte) (batchHeader, error) {
 	var h batchHeader
 	if len(b) < lengthPrefix {
 		return h, errShortBatch
@@ -170,6 +169,19 @@ func parseBatch(b []byte, full bool) (batchHeader, error) {
 	} else if spLen != -1 {
 		return h, fmt.Errorf("%w: source position length %d", errBadLength, spLen)
 	}
+	return h, nil
+}
+
+// parseBatch decodes and verifies the batch at the start of b. It checks the
+// framing, version, checksum and header consistency and, when full, that
+// the records parse.
+func parseBatch(b []byte, full bool) (batchHeader, error) {
+	h, err := parseBatchHeader(b)
+	if err != nil {
+		return h, err
+	}
+	b = b[:h.size()]
+	be := binary.BigEndian
 	if got, want := batchCRC(b, h.recordsAt), be.Uint32(b[offCRC:]); got != want {
 		return h, fmt.Errorf("%w: computed %08x, stored %08x", errBadCRC, got, want)
 	}

@@ -3,13 +3,17 @@ package wal
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
 const defaultFetchBytes = 1 << 20
 
-// fetch reads committed records from offset on; see Log.Fetch.
-func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions) (FetchResult, error) {
+// fetch reads committed records from offset on into res, reusing its
+// buffers; see Log.FetchInto.
+func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions, res *FetchResult) error {
+	res.Records = res.Records[:0]
+	res.NextOffset, res.HighWatermark, res.LogStartOffset = offset, 0, 0
 	maxBytes := opts.MaxBytes
 	if maxBytes <= 0 {
 		maxBytes = defaultFetchBytes
@@ -25,18 +29,19 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions) 
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return FetchResult{}, ErrClosed
+			return ErrClosed
 		}
 		start, hw := p.segs[0].base, p.hw
+		res.HighWatermark, res.LogStartOffset = hw, start
 		if offset < start || offset > hw {
 			p.mu.Unlock()
-			return FetchResult{HighWatermark: hw, LogStartOffset: start}, &OffsetOutOfRangeError{
+			return &OffsetOutOfRangeError{
 				Topic: p.topic, Partition: p.id, Offset: offset, LogStart: start, HighWatermark: hw}
 		}
 		if offset == hw {
 			if opts.MaxWait <= 0 || waited {
 				p.mu.Unlock()
-				return FetchResult{NextOffset: offset, HighWatermark: hw, LogStartOffset: start}, nil
+				return nil
 			}
 			ch := p.hwCh
 			p.mu.Unlock()
@@ -48,17 +53,16 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions) 
 			case <-timer.C:
 				waited = true
 			case <-ctx.Done():
-				return FetchResult{}, ctx.Err()
+				return ctx.Err()
 			}
 			continue
 		}
 		segs, hwPos := p.segs, p.hwPos
 		p.filesMu.RLock()
 		p.mu.Unlock()
-		res, err := readRecords(segs, hwPos, hw, offset, maxBytes)
+		err := readRecords(segs, hwPos, hw, maxBytes, res)
 		p.filesMu.RUnlock()
-		res.HighWatermark, res.LogStartOffset = hw, start
-		return res, err
+		return err
 	}
 }
 
@@ -82,16 +86,15 @@ func findSegment(segs []*segment, offset int64) int {
 // readRecords decodes committed records from offset on, reading windows of
 // up to maxBytes and moving on while batches emptied by compaction yield
 // nothing. Caller holds filesMu for reading.
-func readRecords(segs []*segment, hwPos, hw, offset int64, maxBytes int) (FetchResult, error) {
-	res := FetchResult{NextOffset: offset}
-	for i := findSegment(segs, offset); i < len(segs) && res.NextOffset < hw; i++ {
+func readRecords(segs []*segment, hwPos, hw int64, maxBytes int, res *FetchResult) error {
+	for i := findSegment(segs, res.NextOffset); i < len(segs) && res.NextOffset < hw; i++ {
 		s := segs[i]
 		limit := readLimit(segs, i, hwPos)
 		pos := floorOffset(s.offIdx, s.base, res.NextOffset)
 		for pos < limit {
-			n, err := readWindow(s, pos, limit, hw, maxBytes, &res)
+			n, err := readWindow(s, pos, limit, hw, maxBytes, res)
 			if err != nil || len(res.Records) > 0 {
-				return res, err
+				return err
 			}
 			pos += int64(n)
 		}
@@ -99,20 +102,20 @@ func readRecords(segs []*segment, hwPos, hw, offset int64, maxBytes int) (FetchR
 			res.NextOffset = max(res.NextOffset, segs[i+1].base)
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // readWindow reads the batches in one window of s from pos, appends the
 // records at or after res.NextOffset to res and returns the bytes consumed.
 func readWindow(s *segment, pos, limit, hw int64, maxBytes int, res *FetchResult) (int, error) {
 	n := min(int64(max(maxBytes, batchFixedHeader)), limit-pos)
-	buf := make([]byte, n)
+	buf := res.grow(int(n))
 	if got, err := s.f.ReadAt(buf, pos); int64(got) < n {
 		return 0, fmt.Errorf("read %s at %d: %w", s.path, pos, err)
 	}
 	// The first batch is returned whole even if larger than maxBytes.
 	if sz, ok := peekBatchSize(buf); ok && sz > len(buf) && pos+int64(sz) <= limit {
-		buf = make([]byte, sz)
+		buf = res.grow(sz)
 		if _, err := s.f.ReadAt(buf, pos); err != nil {
 			return 0, fmt.Errorf("read %s at %d: %w", s.path, pos, err)
 		}
@@ -136,13 +139,12 @@ func readWindow(s *segment, pos, limit, hw int64, maxBytes int, res *FetchResult
 		}
 		end += h.size()
 	}
-	if count > 0 {
-		res.Records = make([]Record, 0, count)
-	}
-	var hdrs []Header
+	res.Records = slices.Grow(res.Records[:0], count)
+	hdrs := res.hdrs[:0]
+	defer func() { res.hdrs = hdrs[:0] }()
 	for p := 0; p < end; {
 		at := p
-		h, _ := parseBatch(buf[p:], false)
+		h, _ := parseBatchHeader(buf[p:]) // verified above
 		b := buf[p : p+h.size()]
 		p += h.size()
 		if h.nextOffset() <= offset {
@@ -224,4 +226,13 @@ func (p *partition) offsetForTime(ts int64) (int64, error) {
 		}
 	}
 	return hw, nil
+}
+
+// grow returns the result's read buffer with length n, reallocating it
+// only when too small.
+func (res *FetchResult) grow(n int) []byte {
+	if cap(res.buf) < n {
+		res.buf = make([]byte, n)
+	}
+	return res.buf[:n]
 }

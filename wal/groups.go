@@ -40,8 +40,9 @@ func (l *Log) readAll(topicName string, fn func(r *Record) error) error {
 	p.mu.Lock()
 	off := p.segs[0].base
 	p.mu.Unlock()
+	var res FetchResult
 	for {
-		res, err := p.fetch(context.Background(), off, FetchOptions{MaxBytes: 4 << 20})
+		err := p.fetch(context.Background(), off, FetchOptions{MaxBytes: 4 << 20}, &res)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", topicName, err)
 		}

@@ -406,11 +406,20 @@ func (l *Log) Append(ctx context.Context, topicName string, part int32, recs []R
 // opts.MaxWait for a commit. An offset outside [log start, high watermark]
 // fails with an *OffsetOutOfRangeError.
 func (l *Log) Fetch(ctx context.Context, topicName string, part int32, offset int64, opts FetchOptions) (FetchResult, error) {
+	var res FetchResult
+	err := l.FetchInto(ctx, topicName, part, offset, opts, &res)
+	return res, err
+}
+
+// FetchInto is Fetch into res, reusing its record slice and read buffer
+// (so that a reader in a loop allocates nothing per fetch). The records of
+// the previous FetchInto into res become invalid.
+func (l *Log) FetchInto(ctx context.Context, topicName string, part int32, offset int64, opts FetchOptions, res *FetchResult) error {
 	p, err := l.partition(topicName, part)
 	if err != nil {
-		return FetchResult{}, fmt.Errorf("fetch: %w", err)
+		return fmt.Errorf("fetch: %w", err)
 	}
-	return p.fetch(ctx, offset, opts)
+	return p.fetch(ctx, offset, opts, res)
 }
 
 // OffsetForTime returns the offset of the first committed record whose

@@ -177,15 +177,36 @@ func (p *partition) createSegment(base int64) (*segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create segment %s: %w", path, err)
 	}
-	if err := f.Preallocate(p.cfg.SegmentBytes); err != nil {
+	seg := newSegmentState(base, path, f)
+	if err := p.preallocate(seg, 0); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("preallocate segment %s: %w", path, err)
+		return nil, err
 	}
 	if err := p.fs.SyncDir(p.dir); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("create segment %s: %w", path, err)
 	}
-	return newSegmentState(base, path, f), nil
+	return seg, nil
+}
+
+// preallocChunk is how much disk a segment reserves ahead of its written
+// end: enough that appends rarely allocate blocks (which would make each
+// fdatasync also commit metadata), without reserving a whole segment.bytes
+// per partition up front.
+const preallocChunk = 64 << 20
+
+// preallocate reserves disk for s up to at least need bytes plus a chunk,
+// capped at segment.bytes. Caller holds mu or owns s.
+func (p *partition) preallocate(s *segment, need int64) error {
+	if need < s.prealloc && s.prealloc > 0 {
+		return nil
+	}
+	want := min(max(need, s.size)+preallocChunk, max(p.cfg.SegmentBytes, need))
+	if err := s.f.Preallocate(want); err != nil {
+		return fmt.Errorf("preallocate segment %s: %w", s.path, err)
+	}
+	s.prealloc = want
+	return nil
 }
 
 // openSegment opens an existing segment. A sealed segment trusts its index
@@ -247,9 +268,9 @@ func (p *partition) openSegment(base int64, active bool) (*segment, error) {
 		}
 	}
 	if active {
-		if err := f.Preallocate(p.cfg.SegmentBytes); err != nil {
+		if err := p.preallocate(s, end); err != nil {
 			f.Close()
-			return nil, fmt.Errorf("preallocate segment %s: %w", path, err)
+			return nil, err
 		}
 	} else if err := s.writeIndexes(p.fs, p.dir); err != nil {
 		f.Close()
@@ -464,6 +485,11 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 	h.baseOffset = p.next
 	b := bb.finish(&h)
 	pos := act.size
+	if err := p.preallocate(act, pos+int64(len(b))); err != nil {
+		// Nothing was written: the append fails, the partition goes on.
+		p.mu.Unlock()
+		return AppendResult{}, fmt.Errorf("append to %s: %w", p.name(), err)
+	}
 	if _, err := act.f.WriteAt(b, pos); err != nil {
 		err = p.fail(fmt.Errorf("write segment %s at %d: %w", act.path, pos, err))
 		p.mu.Unlock()

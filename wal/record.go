@@ -69,8 +69,8 @@ type FetchOptions struct {
 }
 
 // FetchResult is what Fetch returns. Record keys, values and header values
-// alias a buffer owned by the result: copy them to keep them past the next
-// use of the result.
+// alias a buffer owned by the result: a FetchInto with the same result
+// reuses it, so copy what must outlive that.
 type FetchResult struct {
 	Records []Record
 	// NextOffset is where the next Fetch should start: after the last
@@ -78,6 +78,9 @@ type FetchResult struct {
 	NextOffset     int64
 	HighWatermark  int64
 	LogStartOffset int64
+
+	buf  []byte
+	hdrs []Header
 }
 
 // ProducerState is what a partition knows of one producer.

@@ -21,6 +21,8 @@ type segment struct {
 	next    int64 // offset after the last batch
 	maxTS   int64 // largest record timestamp, -1 when empty
 	firstTS int64 // log time of the first batch (for segment.ms), -1 when empty
+	// prealloc is the size the file's disk space is reserved up to.
+	prealloc int64
 
 	offIdx     []offsetEntry
 	timeIdx    []timeEntry
