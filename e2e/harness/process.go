@@ -133,8 +133,14 @@ func removeStale(root string) {
 		return
 	}
 	for _, d := range stale {
-		for _, pid := range processesIn(d) {
+		pids := processesIn(d)
+		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		// PostgreSQL's segment can go only once no process is attached to it
+		deadline := time.Now().Add(5 * time.Second)
+		for anyAlive(pids) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
 		}
 		removeSysVShm(d)
 		_ = os.RemoveAll(d)

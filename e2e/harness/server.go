@@ -14,7 +14,7 @@ import (
 )
 
 // Server is the lifecycle every started server shares; each server type embeds it. Its methods
-// are not meant to be called concurrently with each other.
+// may be called from several goroutines: Start, Stop, Kill, Restart and Close take turns.
 type Server struct {
 	kind    string
 	dir     string

@@ -149,6 +149,7 @@ for d in "$tmp_root"/sluice-harness-*; do
   stale+=("$d")
 done
 if [ "${#stale[@]}" -gt 0 ]; then
+  killed=()
   for p in /proc/[0-9]*; do
     pid="${p#/proc/}"
     [ "$pid" = "$$" ] && continue
@@ -158,8 +159,16 @@ if [ "${#stale[@]}" -gt 0 ]; then
       if [ "$cwd" = "$d" ] || [[ "$cwd" == "$d/"* ]] || [[ "$cmd" == *"$d"* ]]; then
         log "killing leftover server pid $pid in $d"
         kill -KILL "$pid" 2>/dev/null || true
+        killed+=("$pid")
       fi
     done
+  done
+  # wait (up to 5 s) until they are gone: PostgreSQL's segment stays while one is attached
+  for _ in $(seq 1 50); do
+    left=0
+    for pid in "${killed[@]}"; do [ -e "/proc/$pid" ] && left=1; done
+    [ "$left" = 0 ] && break
+    sleep 0.1
   done
   for d in "${stale[@]}"; do
     # a killed postmaster leaves its System V segment behind: line 7 of postmaster.pid is
