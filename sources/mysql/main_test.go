@@ -88,12 +88,12 @@ func appConn(t testing.TB, m *harness.MariaDB, db string) *client.Conn {
 // baseConfig is a configuration for the replication user, capturing db only.
 func baseConfig(m *harness.MariaDB, db string, extra map[string]string) map[string]string {
 	cfg := map[string]string{
-		KeyHostname:       m.Host,
-		KeyPort:           strconv.Itoa(m.Port),
-		KeyUser:           m.ReplUser,
-		KeyPassword:       m.ReplPassword,
-		KeyServerID:       strconv.FormatUint(uint64(1000+serverIDs.Add(1)), 10),
-		KeyTopicPrefix:    "test",
+		KeyHostname:        m.Host,
+		KeyPort:            strconv.Itoa(m.Port),
+		KeyUser:            m.ReplUser,
+		KeyPassword:        m.ReplPassword,
+		KeyServerID:        strconv.FormatUint(uint64(1000+serverIDs.Add(1)), 10),
+		KeyTopicPrefix:     "test",
 		KeyDatabaseInclude: db,
 	}
 	for k, v := range extra {

@@ -175,6 +175,11 @@ func (s *Source) Open(ctx context.Context, after connect.Position) error {
 
 func (s *Source) startSnapshot(ctx context.Context, epoch uint32, resume *state) error {
 	s.epoch = epoch
+	if p, _ := s.history.plan(epoch); resume == nil && p != nil {
+		// an earlier attempt stored its plan and may have put rows into the log before any
+		// position was committed: go on with that plan (its start point), from the first table
+		resume = &state{V: stateVersion, Epoch: epoch, Snapshot: &snapState{}}
+	}
 	s.phase = phaseSnapshot
 	s.snap = newSnapshotter(s, epoch, resume)
 	s.stats.snapshotRunning.Store(true)

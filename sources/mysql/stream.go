@@ -274,11 +274,10 @@ func (m *streamer) read(ctx context.Context) (connect.Batch, error) {
 	s := m.s
 	b := &batch{recs: make([]connect.Record, 0, 64), buf: make([]byte, 0, 16<<10)}
 	var hb <-chan time.Time
-	var hbTimer *time.Timer
 	if s.cfg.heartbeat > 0 {
-		hbTimer = time.NewTimer(s.cfg.heartbeat)
-		defer hbTimer.Stop()
-		hb = hbTimer.C
+		t := time.NewTimer(s.cfg.heartbeat)
+		defer t.Stop()
+		hb = t.C
 	}
 	for {
 		if m.cur != nil {
@@ -309,14 +308,10 @@ func (m *streamer) read(ctx context.Context) (connect.Batch, error) {
 			if len(b.recs) > 0 {
 				return m.finish(b), nil
 			}
-			// heartbeat: report the newest position if it moved
+			// heartbeat: the newest position, so an idle or filtered stream advances
 			p := m.position()
-			if !p.IsZero() && (m.lastPos.IsZero() || p.Compare(m.lastPos) > 0 || string(p.State) != string(m.lastPos.State)) {
-				m.lastPos = p
-				return connect.Batch{Position: p}, nil
-			}
-			hbTimer.Reset(s.cfg.heartbeat)
-			continue
+			m.lastPos = p
+			return connect.Batch{Position: p}, nil
 		}
 		if err := m.handle(ctx, ev, b); err != nil {
 			return connect.Batch{}, err
