@@ -165,7 +165,13 @@ func TestReadersNeverSeePastCommitted(t *testing.T) {
 		_, err := l.Append(context.Background(), "t", 0, []Record{kv("a", "1")}, AppendOptions{})
 		done <- err
 	}()
-	<-entered
+	select {
+	case <-entered:
+	case err := <-done:
+		t.Fatalf("append returned (%v) without fsyncing its segment", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("append never fsynced its segment")
+	}
 	// The batch is written but not durable.
 	res, err := l.Fetch(context.Background(), "t", 0, 0, FetchOptions{})
 	if err != nil {

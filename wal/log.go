@@ -543,6 +543,9 @@ func (p *partition) close() error {
 			p.advanceHW(p.next, act.size)
 			err = writeSnapshot(p.fs, p.dir, p.next, p.producers)
 		}
+		if err == nil {
+			err = p.writeCleanMarker()
+		}
 		if err != nil {
 			err = fmt.Errorf("close %s: %w", p.name(), err)
 		}

@@ -2,8 +2,10 @@ package wal
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -133,6 +135,11 @@ func openPartition(l *Log, topic string, id int32, dir string, cfg TopicConfig) 
 		p.closeFiles()
 		return nil, err
 	}
+	// The marker describes one clean close; writes follow from now on.
+	if err := removeIfExists(p.fs, filepath.Join(dir, cleanMarker)); err != nil {
+		p.closeFiles()
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -240,6 +247,13 @@ func (p *partition) openSegment(base int64, active bool) (*segment, error) {
 			return nil, fmt.Errorf("load indexes of %s: %w", path, err)
 		}
 		p.l.logger.Warn("rebuilding segment indexes", "topic", p.topic, "partition", p.id, "segment", path)
+	}
+	if active && p.trustCleanShutdown(s, size) {
+		if err := p.preallocate(s, size); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return s, nil
 	}
 	end, bad, err := scanSegment(s, size, p.cfg.IndexIntervalBytes, nil)
 	if err != nil {
@@ -567,4 +581,63 @@ func (p *partition) waitCommitted(ctx context.Context, target int64) error {
 			p.advanceHW(end, pos)
 		}
 	}
+}
+
+// The clean-shutdown marker, written by a clean close after the final fsync
+// and the active segment's indexes, lets the next open skip scanning the
+// active segment:
+//
+//	"SLCS" | version u8 (1) | segment base i64 | segment size i64 |
+//	next offset i64 | CRC-32C u32
+//
+// It is trusted only if base and size equal the active segment's, and the
+// segment's index files are valid for that size. Appends only grow a
+// segment, and recovery truncates only to a verified prefix, so a segment
+// of the recorded size holds exactly the bytes that were verified then.
+const cleanMarker = "clean-shutdown"
+
+func encodeCleanMarker(base, size, next int64) []byte {
+	b := []byte("SLCS\x01")
+	b = binary.BigEndian.AppendUint64(b, uint64(base))
+	b = binary.BigEndian.AppendUint64(b, uint64(size))
+	b = binary.BigEndian.AppendUint64(b, uint64(next))
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+func decodeCleanMarker(b []byte) (base, size, next int64, ok bool) {
+	if len(b) != 33 || string(b[:5]) != "SLCS\x01" || crc32.Checksum(b[:29], castagnoli) != binary.BigEndian.Uint32(b[29:]) {
+		return 0, 0, 0, false
+	}
+	be := binary.BigEndian
+	return int64(be.Uint64(b[5:])), int64(be.Uint64(b[13:])), int64(be.Uint64(b[21:])), true
+}
+
+// trustCleanShutdown loads the active segment's state from the last clean
+// close if it still describes the file, and reports whether it did.
+func (p *partition) trustCleanShutdown(s *segment, size int64) bool {
+	b, err := readFile(p.fs, filepath.Join(p.dir, cleanMarker))
+	if err != nil {
+		return false
+	}
+	base, msize, next, ok := decodeCleanMarker(b)
+	if !ok || base != s.base || msize != size || next < s.base {
+		return false
+	}
+	s.size = size
+	if err := s.loadIndexes(p.fs); err != nil {
+		s.resetIndex()
+		return false
+	}
+	s.next = next
+	return true
+}
+
+// writeCleanMarker persists the active segment's indexes and the marker.
+// Caller holds mu, after the final fsync.
+func (p *partition) writeCleanMarker() error {
+	act := p.active()
+	if err := act.writeIndexes(p.fs, p.dir); err != nil {
+		return err
+	}
+	return writeFileAtomic(p.fs, p.dir, filepath.Join(p.dir, cleanMarker), encodeCleanMarker(act.base, act.size, p.next))
 }
