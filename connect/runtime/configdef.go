@@ -28,6 +28,7 @@ const (
 	KeyTopicPartitions     = "topic.creation.default.partitions"
 	KeyTopicCreationPrefix = "topic.creation.default."
 	KeyMaxPollRecords      = "consumer.override.max.poll.records"
+	KeyFlushInterval       = "offset.flush.interval.ms"
 )
 
 func ignored(name, doc string) connect.ConfigKey {
@@ -84,6 +85,8 @@ func commonDef() connect.ConfigDef {
 // sourceDef is what every source accepts besides commonDef.
 func sourceDef() connect.ConfigDef {
 	return connect.ConfigDef{
+		{Name: KeyFlushInterval, Type: connect.TypeLong, Default: "1000", HasDefault: true, Check: connect.InRange(0, 3600000), Group: "Common",
+			Doc: "Milliseconds between commits of the source position (each commit is followed by the source's Ack); 0 commits after every batch. Records are appended exactly once whatever the interval: after a crash the source replays at most this much, and the runtime drops what the log already holds. A Kafka Connect worker key (default 60000 there), per connector in sluice."},
 		{Name: KeyTopicPartitions, Type: connect.TypeInt, Default: "-1", HasDefault: true, Check: checkPartitions, Group: "Topic Creation",
 			Doc: "Partitions of the topics this connector creates; -1 uses the log's default."},
 		{Name: KeyTopicCreationPrefix, Prefix: true, Type: connect.TypeString, Group: "Topic Creation",

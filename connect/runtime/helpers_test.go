@@ -245,10 +245,11 @@ func partitionCount(log runtime.Log, topic string) (int32, error) {
 // datagenConfig returns a datagen connector config.
 func datagenConfig(events, keys, batch int64, extra ...string) map[string]string {
 	cfg := map[string]string{
-		"topic.prefix":       "gen",
-		"datagen.keys":       strconv.FormatInt(keys, 10),
-		"datagen.max.events": strconv.FormatInt(events, 10),
-		"datagen.batch.size": strconv.FormatInt(batch, 10),
+		"topic.prefix":             "gen",
+		"datagen.keys":             strconv.FormatInt(keys, 10),
+		"datagen.max.events":       strconv.FormatInt(events, 10),
+		"datagen.batch.size":       strconv.FormatInt(batch, 10),
+		"offset.flush.interval.ms": "0",
 	}
 	for i := 0; i+1 < len(extra); i += 2 {
 		cfg[extra[i]] = extra[i+1]

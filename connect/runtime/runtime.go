@@ -57,6 +57,9 @@ type Options struct {
 	FetchWait time.Duration
 	// FetchBytes bounds one fetch of one partition (default 256 KiB).
 	FetchBytes int
+	// SinkLinger is how long a sink waits for more records when it has fewer than
+	// consumer.override.max.poll.records (default 5ms; negative: not at all).
+	SinkLinger time.Duration
 }
 
 // Runtime runs connectors as supervised tasks. Build it with New, add connectors, then Run.
@@ -117,6 +120,9 @@ func New(opts Options) (*Runtime, error) {
 	}
 	if opts.FetchBytes <= 0 {
 		opts.FetchBytes = 256 << 10
+	}
+	if opts.SinkLinger == 0 {
+		opts.SinkLinger = 5 * time.Millisecond
 	}
 	return &Runtime{
 		opts:   opts,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	goruntime "runtime"
 	"strings"
 	"time"
 
@@ -17,7 +18,9 @@ import (
 // The sink task: a consumer group per connector ("connect-<name>", as in Kafka Connect).
 //
 //	fetchers:  one per assigned partition, long-polling the log from the committed offset and
-//	           handing chunks to the writer through a bounded channel
+//	           handing chunks of records to the writer, in order, through a bounded channel
+//	decoders:  a few workers that decode and transform the chunks meanwhile; the writer waits
+//	           for each chunk's decoding, so order is kept while decoding runs in parallel
 //	refresher: assigns the partitions of topics (or topics.regex matches) as they appear
 //	writer:    up to consumer.override.max.poll.records records → decode → transforms →
 //	           Write → rejected records to the dead-letter topic → commit offsets
@@ -28,9 +31,25 @@ import (
 // SinkGroup returns the consumer group of a sink connector.
 func SinkGroup(connector string) string { return "connect-" + connector }
 
+// chunk is part of what one fetch returned, decoded and transformed by a decoder (so that
+// this work runs in parallel, beside the writer's writes and commits).
 type chunk struct {
-	tp   TopicPartition
-	recs []LogRecord
+	tp    TopicPartition
+	recs  []LogRecord
+	out   []decoded     // one per rec, valid once ready is closed
+	ready chan struct{} // closed when out is set
+}
+
+// chunkRecords is the most records of one chunk: a fetch is split so that decoders share it.
+const chunkRecords = 128
+
+// decoded is one fetched record after decoding and the transforms.
+type decoded struct {
+	rec   connect.Record
+	keep  bool   // false: dropped by a transform, or rejected (stage set)
+	stage string // set when rejected
+	class string
+	err   error
 }
 
 type sinkTask struct {
@@ -86,8 +105,23 @@ func (t *sinkTask) run(ctx, force context.Context) error {
 	stopFetch := context.AfterFunc(ctx, cancelFetch)
 	defer stopFetch()
 
-	chunks := make(chan chunk, 4)
-	g.Go(func() error { return t.assign(fetchCtx, g, committed, chunks) })
+	chunks := make(chan *chunk, 16)
+	work := make(chan *chunk, 16)
+	for range max(1, goruntime.GOMAXPROCS(0)) {
+		g.Go(func() error {
+			for c := range work {
+				t.prepare(c)
+				close(c.ready)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		defer close(work)
+		fg, fctx := errgroup.WithContext(fetchCtx)
+		fg.Go(func() error { return t.assign(fctx, fg, committed, chunks, work) })
+		return fg.Wait()
+	})
 	g.Go(func() error {
 		err := t.write(fetchCtx, gctx, chunks)
 		cancelFetch()
@@ -114,7 +148,7 @@ func (t *sinkTask) matcher() func(string) bool {
 
 // assign starts a fetcher for every partition of every matching topic, now and whenever a
 // topic appears.
-func (t *sinkTask) assign(ctx context.Context, g *errgroup.Group, committed map[TopicPartition]int64, out chan<- chunk) error {
+func (t *sinkTask) assign(ctx context.Context, g *errgroup.Group, committed map[TopicPartition]int64, out, work chan<- *chunk) error {
 	match := t.matcher()
 	assigned := map[string]bool{}
 	ticker := time.NewTicker(t.c.rt.opts.TopicRefresh)
@@ -144,7 +178,7 @@ func (t *sinkTask) assign(ctx context.Context, g *errgroup.Group, committed map[
 					off = start
 				}
 				t.c.logger.Debug("partition assigned", "topic", name, "partition", p, "offset", off)
-				g.Go(func() error { return t.fetch(ctx, tp, off, out) })
+				g.Go(func() error { return t.fetch(ctx, tp, off, out, work) })
 			}
 		}
 		select {
@@ -157,7 +191,7 @@ func (t *sinkTask) assign(ctx context.Context, g *errgroup.Group, committed map[
 }
 
 // fetch long-polls one partition and hands its records to the writer in order.
-func (t *sinkTask) fetch(ctx context.Context, tp TopicPartition, next int64, out chan<- chunk) error {
+func (t *sinkTask) fetch(ctx context.Context, tp TopicPartition, next int64, out, work chan<- *chunk) error {
 	opts := FetchOptions{MaxBytes: t.c.rt.opts.FetchBytes, MaxWait: t.c.rt.opts.FetchWait}
 	for {
 		res, err := t.log.Fetch(ctx, tp.Topic, tp.Partition, next, opts)
@@ -177,12 +211,16 @@ func (t *sinkTask) fetch(ctx context.Context, tp TopicPartition, next int64, out
 			}
 			return fmt.Errorf("fetch %s-%d at %d: %w", tp.Topic, tp.Partition, next, err)
 		}
-		if len(res.Records) > 0 {
+		for recs := res.Records; len(recs) > 0; {
+			n := min(len(recs), chunkRecords)
+			c := &chunk{tp: tp, recs: recs[:n:n], ready: make(chan struct{})}
+			recs = recs[n:]
 			select {
-			case out <- chunk{tp: tp, recs: res.Records}:
+			case out <- c:
 			case <-ctx.Done():
 				return nil
 			}
+			work <- c // never blocks for long: decoders drain work until it is closed
 		}
 		if res.NextOffset > next {
 			next = res.NextOffset
@@ -190,9 +228,39 @@ func (t *sinkTask) fetch(ctx context.Context, tp TopicPartition, next int64, out
 	}
 }
 
+// prepare decodes and transforms a chunk's records.
+func (t *sinkTask) prepare(c *chunk) {
+	tp, recs := c.tp, c.recs
+	c.out = make([]decoded, len(recs))
+	for i := range recs {
+		d := &c.out[i]
+		rec, err := DecodeRecord(tp.Topic, tp.Partition, &recs[i])
+		if err != nil {
+			var de *DecodeError
+			d.stage, d.class, d.err = stageValueConverter, "json", err
+			if errors.As(err, &de) {
+				d.stage = de.Stage
+			}
+			continue
+		}
+		if ch := t.c.Chain; ch != nil {
+			out, keep, err := ch.Apply(rec)
+			if err != nil {
+				d.stage, d.class, d.err = stageTransformation, transformsClass(t.c.Config), err
+				continue
+			}
+			if !keep {
+				continue
+			}
+			rec = out
+		}
+		d.rec, d.keep = rec, true
+	}
+}
+
 // write is the writer loop. It returns nil when fetchCtx is cancelled between batches.
-func (t *sinkTask) write(fetchCtx, ctx context.Context, in <-chan chunk) error {
-	var pending []chunk
+func (t *sinkTask) write(fetchCtx, ctx context.Context, in <-chan *chunk) error {
+	var pending []*chunk
 	for {
 		if err := t.c.gate.wait(fetchCtx); err != nil {
 			return nil
@@ -205,14 +273,34 @@ func (t *sinkTask) write(fetchCtx, ctx context.Context, in <-chan chunk) error {
 				return nil
 			}
 		}
+		// Collect up to max records, waiting up to the linger for more: bigger writes mean
+		// fewer offset commits (each one an fsync).
+		var linger *time.Timer
 	drain:
 		for n := countRecords(pending); n < t.max; n = countRecords(pending) {
 			select {
 			case c := <-in:
 				pending = append(pending, c)
+				continue
 			default:
+			}
+			if t.c.rt.opts.SinkLinger <= 0 {
+				break
+			}
+			if linger == nil {
+				linger = time.NewTimer(t.c.rt.opts.SinkLinger)
+			}
+			select {
+			case c := <-in:
+				pending = append(pending, c)
+			case <-linger.C:
+				break drain
+			case <-fetchCtx.Done():
 				break drain
 			}
+		}
+		if linger != nil {
+			linger.Stop()
 		}
 		var err error
 		if pending, err = t.writeBatch(ctx, pending); err != nil {
@@ -221,7 +309,7 @@ func (t *sinkTask) write(fetchCtx, ctx context.Context, in <-chan chunk) error {
 	}
 }
 
-func countRecords(cs []chunk) int {
+func countRecords(cs []*chunk) int {
 	n := 0
 	for _, c := range cs {
 		n += len(c.recs)
@@ -230,50 +318,39 @@ func countRecords(cs []chunk) int {
 }
 
 // writeBatch writes up to max records from the front of pending and returns what is left.
-func (t *sinkTask) writeBatch(ctx context.Context, pending []chunk) ([]chunk, error) {
+func (t *sinkTask) writeBatch(ctx context.Context, pending []*chunk) ([]*chunk, error) {
 	t.out, t.origin, t.originT, t.dlq = t.out[:0], t.origin[:0], t.originT[:0], t.dlq[:0]
 	clear(t.commit)
 	taken := 0
 	for len(pending) > 0 && taken < t.max {
-		c := &pending[0]
+		c := pending[0]
+		select {
+		case <-c.ready:
+		case <-ctx.Done():
+			return pending, ctx.Err()
+		}
 		k := min(len(c.recs), t.max-taken)
 		for i := range k {
-			lr := &c.recs[i]
+			lr, d := &c.recs[i], &c.out[i]
 			taken++
 			t.commit[c.tp] = lr.Offset + 1
-			rec, err := DecodeRecord(c.tp.Topic, c.tp.Partition, lr)
-			if err != nil {
-				var de *DecodeError
-				stage := stageValueConverter
-				if errors.As(err, &de) {
-					stage = de.Stage
-				}
-				if err := t.reject(c.tp, lr, stage, "json", err); err != nil {
+			if d.err != nil {
+				if err := t.reject(c.tp, lr, d.stage, d.class, d.err); err != nil {
 					return pending, err
 				}
 				continue
 			}
-			if ch := t.c.Chain; ch != nil {
-				out, keep, err := ch.Apply(rec)
-				if err != nil {
-					if err := t.reject(c.tp, lr, stageTransformation, transformsClass(t.c.Config), err); err != nil {
-						return pending, err
-					}
-					continue
-				}
-				if !keep {
-					continue
-				}
-				rec = out
+			if !d.keep {
+				continue
 			}
-			t.out = append(t.out, rec)
+			t.out = append(t.out, d.rec)
 			t.origin = append(t.origin, lr)
 			t.originT = append(t.originT, c.tp)
 		}
 		if k == len(c.recs) {
 			pending = pending[1:]
 		} else {
-			c.recs = c.recs[k:]
+			c.recs, c.out = c.recs[k:], c.out[k:]
 		}
 	}
 	if len(t.out) > 0 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -156,7 +157,7 @@ func (t *sourceTask) run(ctx, force context.Context, committed connect.Position)
 		defer slot.close()
 		return t.appendLoop(gctx, free, toAppend, slot)
 	})
-	g.Go(func() error { return t.commitLoop(gctx, slot) })
+	g.Go(func() error { return t.commitLoop(gctx, slot, t.c.Config.Millis(KeyFlushInterval)) })
 	err := g.Wait()
 	if t.skipped > 0 && !t.resumed {
 		t.c.logger.Info("replayed records skipped", "skipped", t.skipped)
@@ -376,13 +377,16 @@ func (t *sourceTask) appendLoop(ctx context.Context, free chan<- *sourceBatch, i
 	return nil
 }
 
-// commitLoop stores the newest appended batch position and acknowledges it to the source.
-func (t *sourceTask) commitLoop(ctx context.Context, slot *positionSlot) error {
+// commitLoop stores the newest appended batch position and acknowledges it to the source,
+// at most once per interval (and once more when the appender is done).
+func (t *sourceTask) commitLoop(ctx context.Context, slot *positionSlot, interval time.Duration) error {
+	var last time.Time
 	for {
-		pos, ok := slot.take(ctx)
+		pos, ok := slot.take(ctx, last.Add(interval))
 		if !ok {
 			return nil
 		}
+		last = time.Now()
 		if err := commitPosition(ctx, t.c.rt.topics, t.prod, t.c.Name, pos); err != nil {
 			return err
 		}
@@ -401,46 +405,42 @@ func transformsClass(cfg connect.Config) string {
 }
 
 // positionSlot passes the newest appended position from the appender to the committer;
-// positions offered while a commit runs are coalesced into the newest.
+// positions offered while the committer waits or commits are coalesced into the newest.
 type positionSlot struct {
 	mu        sync.Mutex
 	pos       connect.Position
 	pending   bool
 	committed connect.Position
 	closed    bool
-	signal    chan struct{}
+	changed   chan struct{} // closed and replaced by offer and close
 }
 
 func newPositionSlot(committed connect.Position) *positionSlot {
-	return &positionSlot{committed: committed, signal: make(chan struct{}, 1)}
+	return &positionSlot{committed: committed, changed: make(chan struct{})}
 }
 
 func (s *positionSlot) offer(pos connect.Position) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.pos, s.pending = pos, true
-	s.mu.Unlock()
-	select {
-	case s.signal <- struct{}{}:
-	default:
-	}
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 func (s *positionSlot) close() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.closed = true
-	s.mu.Unlock()
-	select {
-	case s.signal <- struct{}{}:
-	default:
-	}
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
-// take waits for a position to commit; ok is false once the slot is closed and drained (or
-// ctx is done).
-func (s *positionSlot) take(ctx context.Context) (connect.Position, bool) {
+// take waits for a new position to commit, not before notBefore unless the slot is closed;
+// ok is false once the slot is closed and drained, or ctx is done.
+func (s *positionSlot) take(ctx context.Context, notBefore time.Time) (connect.Position, bool) {
 	for {
 		s.mu.Lock()
-		if s.pending {
+		if s.pending && (s.closed || !time.Now().Before(notBefore)) {
 			pos := s.pos
 			s.pending = false
 			same := bytes.Equal(pos.Order, s.committed.Order) && bytes.Equal(pos.State, s.committed.State)
@@ -451,14 +451,27 @@ func (s *positionSlot) take(ctx context.Context) (connect.Position, bool) {
 			}
 			return pos, true
 		}
-		closed := s.closed
-		s.mu.Unlock()
-		if closed {
+		if s.closed {
+			s.mu.Unlock()
 			return connect.Position{}, false
 		}
+		pending, changed := s.pending, s.changed
+		s.mu.Unlock()
+		var timer *time.Timer
+		var due <-chan time.Time
+		if pending {
+			timer = time.NewTimer(time.Until(notBefore))
+			due = timer.C
+		}
 		select {
-		case <-s.signal:
+		case <-changed:
+		case <-due:
 		case <-ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
 			return connect.Position{}, false
 		}
 	}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"os"
 	"runtime/metrics"
 	"strconv"
 	"sync/atomic"
@@ -43,7 +44,7 @@ func BenchmarkPipeline(b *testing.B) {
 
 	// Baseline: the same records, pre-encoded, appended by one producer.
 	dir := b.TempDir()
-	log, err := wal.Open(dir+"/bare", wal.Options{})
+	log, err := wal.Open(dir+"/bare", walOpts())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func BenchmarkPipeline(b *testing.B) {
 	log.Close()
 
 	// The pipeline.
-	log, err = wal.Open(dir+"/pipeline", wal.Options{})
+	log, err = wal.Open(dir+"/pipeline", walOpts())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -134,4 +135,13 @@ func BenchmarkPipeline(b *testing.B) {
 	b.ReportMetric(pipeRate/bareRate, "ratio")
 	b.ReportMetric(float64(allocs)/float64(events), "allocs/event")
 	b.ReportMetric(float64(bytes)/float64(events), "B/event")
+}
+
+// walOpts returns the log options of the benchmark: fsync with group commit, or no fsync
+// with SLUICE_BENCH_NOSYNC=1 (to see the CPU-bound ceiling).
+func walOpts() wal.Options {
+	if os.Getenv("SLUICE_BENCH_NOSYNC") == "1" {
+		return wal.Options{Fsync: wal.UnsafeFsyncNever}
+	}
+	return wal.Options{}
 }
