@@ -19,7 +19,7 @@ const sweepSeg = "/d/topics/t/0/00000000000000000000.log"
 // sweepSetup writes batches of varied records and closes cleanly. It
 // returns the file system, the records and the byte ranges of the batches
 // in the single segment.
-func sweepSetup(t *testing.T, batches int) (*vfs.Mem, []Record, [][2]int64) {
+func sweepSetup(t *testing.T, batches int, clean bool) (*vfs.Mem, []Record, [][2]int64) {
 	fs := vfs.NewMem()
 	clk := newClock()
 	l := mustOpen(t, "/d", memOpts(fs, clk))
@@ -39,8 +39,15 @@ func sweepSetup(t *testing.T, batches int) (*vfs.Mem, []Record, [][2]int64) {
 		pos = st.Size
 	}
 	recs := readAllRecords(t, l, "t", 0)
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
+	if clean {
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		// A crash after the last acknowledged append: every batch is
+		// durable, and there is no clean-shutdown marker.
+		fs.Crash(vfs.CrashOptions{})
+		l.Close()
 	}
 	return fs, recs, ranges
 }
@@ -84,7 +91,7 @@ func cloneMem(t *testing.T, src *vfs.Mem) *vfs.Mem {
 // open with a CorruptionError naming the file and the batch's position.
 func TestTailCorruptionSweep(t *testing.T) {
 	const batches = 3
-	base, want, ranges := sweepSetup(t, batches)
+	base, want, ranges := sweepSetup(t, batches, false)
 	last := ranges[batches-1]
 	wantBefore := want[:2*(batches-1)]
 	check := func(t *testing.T, fs *vfs.Mem, what string) {
@@ -132,6 +139,27 @@ func TestTailCorruptionSweep(t *testing.T) {
 			if ce.File != sweepSeg || ce.Offset != r[0] {
 				t.Fatalf("flip byte %d of batch %d: error names %s at %d, want %s at %d", pos, bi, ce.File, ce.Offset, sweepSeg, r[0])
 			}
+		}
+	}
+}
+
+// TestCleanShutdownTailCorruption flips a byte of the last batch after a
+// clean close: that batch was durable, so this is damage, not a torn
+// write, and must be reported, at open or at read.
+func TestCleanShutdownTailCorruption(t *testing.T) {
+	base, _, ranges := sweepSetup(t, 3, true)
+	last := ranges[2]
+	for pos := last[0]; pos < last[1]; pos += 7 {
+		fs := cloneMem(t, base)
+		fs.Corrupt(sweepSeg, func(b []byte) []byte { b[pos] ^= 0x10; return b })
+		l, err := Open("/d", Options{FS: fs})
+		if err == nil {
+			_, err = tryReadAll(l, "t", 0)
+			l.Close()
+		}
+		var ce *CorruptionError
+		if !errors.As(err, &ce) || ce.File != sweepSeg || ce.Offset != last[0] {
+			t.Fatalf("flip byte %d after a clean close: %v, want CorruptionError at %d", pos, err, last[0])
 		}
 	}
 }
