@@ -297,6 +297,11 @@ func (sn *snapshotter) chunk(ctx context.Context) error {
 		}
 		sn.stmt, sn.stmtKind = st, kind
 	}
+	if first && sn.epoch > 0 {
+		// a re-snapshot (the binlog was lost): rows deleted meanwhile have no delete event, so
+		// the table starts over with a truncate event
+		sn.pending = append(sn.pending, sn.truncateRecord(t))
+	}
 	var args []any
 	switch {
 	case mode == keyless:
@@ -404,6 +409,21 @@ func (sn *snapshotter) chunk(ctx context.Context) error {
 	}
 	s.stats.progress.Store(&p)
 	return nil
+}
+
+// truncateRecord is the op "t" event that starts a table of a re-snapshot. Its Order sorts
+// before the table's rows (0x00 after the table index).
+func (sn *snapshotter) truncateRecord(t *table) connect.Record {
+	s := sn.s
+	var order []byte
+	order = binary.BigEndian.AppendUint32(order, sn.epoch)
+	order = append(order, phaseSnapshot)
+	order = binary.BigEndian.AppendUint32(order, uint32(sn.ti))
+	order = append(order, 0x00)
+	src := s.sourceBlock(sn.started.UnixMilli(), "true", t.db, t.name, 0, nil, sn.vfile, sn.vpos, 0, nil)
+	ev := connect.ChangeEvent{Source: src, Op: connect.OpTruncate, TsMs: s.now().UnixMilli()}
+	return connect.Record{Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started, Value: ev.Row(),
+		Version: version(sn.vseq, sn.vpos), Position: connect.Position{Order: order, State: sn.appendState(nil)}}
 }
 
 func keyOrNil(k connect.Row) any {
