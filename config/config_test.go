@@ -169,6 +169,8 @@ func TestMalformedPipelines(t *testing.T) {
 			`pipeline.yaml:7:21: connectors[gen].config.topic.prefix: bad placeholder "${env:A-B}": want ${env:NAME} with NAME of A-Z a-z 0-9 _`}},
 		{"env not set", "log:\n  dir: /x\nconnectors:\n  - name: gen\n    class: datagen\n    config:\n      topic.prefix: ${env:NOPE}\n", []string{
 			"pipeline.yaml:7:7: connectors[gen].config.topic.prefix: environment variable NOPE is not set (from ${env:NOPE})"}},
+		{"unresolved required key", "log:\n  dir: /x\nconnectors:\n  - name: out\n    class: file\n    config:\n      topics: a\n      file: ${env:NOPE}/out\n", []string{
+			"pipeline.yaml:8:7: connectors[out].config.file: environment variable NOPE is not set (from ${env:NOPE})"}},
 		{"file missing", "log:\n  dir: /x\nconnectors:\n  - name: gen\n    class: datagen\n    config:\n      datagen.keys: ${file:/nonexistent/s.properties:keys}\n", []string{
 			"pipeline.yaml:7:7: connectors[gen].config.datagen.keys: ${file:/nonexistent/s.properties:keys}: cannot read /nonexistent/s.properties: no such file or directory"}},
 		{"file key missing", "log:\n  dir: /x\nconnectors:\n  - name: gen\n    class: datagen\n    config:\n      datagen.keys: ${file:" + props + ":nokey}\n", []string{

@@ -193,6 +193,7 @@ func (p *Pipeline) Resolve(env Env) error {
 			out, had, err := r.resolve(v)
 			if err != nil {
 				errs = append(errs, Error{File: pos.File, Line: pos.Line, Col: pos.Col, Path: c.Path() + ".config." + k, Msg: err.Error()})
+				c.bad[k] = true // reported: no "is required" for it later
 				continue
 			}
 			c.resolved[k] = out
