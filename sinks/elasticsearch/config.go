@@ -45,6 +45,7 @@ const (
 	KeyWriteMethod       = "write.method"
 	KeyDataStreamType    = "data.stream.type"
 	KeyRetryBackoffMax   = "retry.backoff.max.ms"
+	KeyDropDelay         = "rebuild.drop.delay.ms"
 )
 
 // Values of behavior.on.null.values, behavior.on.malformed.documents and write.method.
@@ -130,6 +131,8 @@ func configDef() connect.ConfigDef {
 			Doc: "Milliseconds before the first retry; each further retry waits twice as long (with jitter), up to retry.backoff.max.ms."},
 		{Name: KeyRetryBackoffMax, Type: connect.TypeLong, Default: "10000", HasDefault: true, Check: connect.AtLeast(0), Group: "Connector", Importance: connect.Low,
 			Doc: "The longest wait between two retries, in milliseconds."},
+		{Name: KeyDropDelay, Type: connect.TypeLong, Default: "10000", HasDefault: true, Check: connect.AtLeast(0), Group: "Rebuild", Importance: connect.Low,
+			Doc: "Milliseconds between a rebuild's alias swap and the deletion of the old indices, so that searches that started on them can finish (the first Write after the delay, or Close, deletes them)."},
 		{Name: KeyDataStreamType, Type: connect.TypeString, Default: "none", HasDefault: true, Enum: []string{"none"}, Group: "Data Stream", Importance: connect.Low,
 			Doc: "Only none: a view is an index whose documents are updated and deleted, which data streams do not allow."},
 		ignored("data.stream.dataset", "data streams are not supported (see data.stream.type)."),
@@ -248,6 +251,7 @@ type options struct {
 	maxRetries    int
 	backoff       time.Duration
 	backoffMax    time.Duration
+	dropDelay     time.Duration
 	connectorName string
 }
 
@@ -273,6 +277,7 @@ func parseOptions(cfg connect.Config, env connect.Env) (*options, error) {
 		maxRetries:    int(cfg.Int(KeyMaxRetries)),
 		backoff:       cfg.Millis(KeyRetryBackoff),
 		backoffMax:    cfg.Millis(KeyRetryBackoffMax),
+		dropDelay:     cfg.Millis(KeyDropDelay),
 		connectorName: env.Connector,
 	}
 	if len(o.urls) == 0 {

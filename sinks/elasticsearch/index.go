@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluice-cdc/sluice/connect"
 )
@@ -269,7 +270,7 @@ func (s *Sink) FinishRebuild(ctx context.Context, rebuilt connect.Sink) error {
 	}
 	type act map[string]map[string]string
 	var actions []act
-	var dropped []string
+	var drop []string
 	for i, name := range sorted {
 		old, concrete, err := s.aliasTargets(ctx, name)
 		if err != nil {
@@ -277,14 +278,20 @@ func (s *Sink) FinishRebuild(ctx context.Context, rebuilt connect.Sink) error {
 		}
 		actions = append(actions, act{"add": {"index": fresh[i], "alias": name}})
 		if concrete {
-			old = append(old, name)
+			// an index called like the alias must go in the same call
+			actions = append(actions, act{"remove_index": {"index": name}})
 		}
 		for _, o := range old {
 			if o != fresh[i] {
-				actions = append(actions, act{"remove_index": {"index": o}})
-				dropped = append(dropped, o)
+				actions = append(actions, act{"remove": {"index": o, "alias": name}})
+				drop = append(drop, o)
 			}
 		}
+		left, err := s.leftovers(ctx, name, fresh[i], old)
+		if err != nil {
+			return fmt.Errorf("finish rebuild: %w", err)
+		}
+		drop = append(drop, left...)
 	}
 	body, _ := json.Marshal(map[string]any{"actions": actions})
 	if _, err := s.c.do(ctx, "POST", "/_aliases", body); err != nil {
@@ -293,8 +300,73 @@ func (s *Sink) FinishRebuild(ctx context.Context, rebuilt connect.Sink) error {
 	for _, name := range sorted {
 		s.indices[name] = name
 	}
-	s.log.Info("rebuild finished", "aliases", len(sorted), "new_indices", fresh, "dropped", dropped)
+	// Searches that started on an old index before the swap may still run: drop the old
+	// indices a little later (in a later Write, or in Close).
+	s.drops = append(s.drops, drop...)
+	s.dropAt = time.Now().Add(s.o.dropDelay)
+	s.log.Info("rebuild finished", "aliases", len(sorted), "new_indices", fresh, "to_drop", drop, "drop_delay", s.o.dropDelay)
 	return nil
+}
+
+// leftovers returns the versioned indices of alias that no alias points at and that are
+// neither the new index nor one of old: indices of aborted or crashed rebuilds.
+func (s *Sink) leftovers(ctx context.Context, alias, fresh string, old []string) ([]string, error) {
+	b, err := s.c.do(ctx, "GET", "/_cat/aliases/"+url.PathEscape(alias)+"?h=index&format=json", nil)
+	if err != nil && statusOf(err) != 404 {
+		return nil, fmt.Errorf("list aliases of %s: %w", alias, err)
+	}
+	aliased := map[string]bool{fresh: true}
+	for _, o := range old {
+		aliased[o] = true
+	}
+	var rows []struct {
+		Index string `json:"index"`
+	}
+	if err == nil {
+		if err := json.Unmarshal(b, &rows); err != nil {
+			return nil, fmt.Errorf("list aliases of %s: %w", alias, err)
+		}
+	}
+	for _, r := range rows {
+		aliased[r.Index] = true
+	}
+	b, err = s.c.do(ctx, "GET", "/_cat/indices/"+url.PathEscape(alias)+"_v*?h=index&format=json&expand_wildcards=all", nil)
+	if err != nil {
+		if statusOf(err) == 404 {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list indices of %s: %w", alias, err)
+	}
+	rows = rows[:0]
+	if err := json.Unmarshal(b, &rows); err != nil {
+		return nil, fmt.Errorf("list indices of %s: %w", alias, err)
+	}
+	var out []string
+	for _, r := range rows {
+		if _, ok := generationOf(r.Index, alias); ok && !aliased[r.Index] {
+			out = append(out, r.Index)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// dropOld deletes the indices a finished rebuild replaced, once their delay is over (or at
+// once with force). Failures are logged and tried again later.
+func (s *Sink) dropOld(ctx context.Context, force bool) {
+	if len(s.drops) == 0 || !force && time.Now().Before(s.dropAt) {
+		return
+	}
+	keep := s.drops[:0]
+	for _, idx := range s.drops {
+		if _, err := s.c.do(ctx, "DELETE", "/"+url.PathEscape(idx), nil); err != nil && statusOf(err) != 404 {
+			s.log.Warn("drop index replaced by a rebuild", "index", idx, "err", err)
+			keep = append(keep, idx)
+			continue
+		}
+		s.log.Info("index replaced by a rebuild dropped", "index", idx)
+	}
+	s.drops = keep
 }
 
 // AbortRebuild deletes the indices the rebuild created; the live ones are untouched.

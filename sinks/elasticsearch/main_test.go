@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"sort"
@@ -136,6 +137,7 @@ func (c *esClient) search(index string) map[string]any {
 				Value int `json:"value"`
 			} `json:"total"`
 			Hits []struct {
+				Index  string          `json:"_index"`
 				ID     string          `json:"_id"`
 				Source json.RawMessage `json:"_source"`
 			} `json:"hits"`
@@ -148,7 +150,12 @@ func (c *esClient) search(index string) map[string]any {
 		c.t.Fatalf("index %s has %d documents: too many for this helper", index, res.Hits.Total.Value)
 	}
 	out := make(map[string]any, len(res.Hits.Hits))
+	from := map[string]string{}
 	for _, h := range res.Hits.Hits {
+		if from[h.ID] != "" {
+			c.t.Fatalf("search %s: document %q found in %s and in %s", index, h.ID, from[h.ID], h.Index)
+		}
+		from[h.ID] = h.Index
 		var v any
 		if err := json.Unmarshal(h.Source, &v); err != nil {
 			c.t.Fatal(err)
@@ -220,6 +227,11 @@ func diffDocs(want, got map[string]any) string {
 // newTestSink builds a sink from raw config keys (connection.url is added), opened.
 func newTestSink(t testing.TB, url string, raw map[string]string) *Sink {
 	t.Helper()
+	return newTestSinkEnv(t, url, raw, nil)
+}
+
+func newTestSinkEnv(t testing.TB, url string, raw map[string]string, log *slog.Logger) *Sink {
+	t.Helper()
 	cfg := map[string]string{KeyURL: url}
 	for k, v := range raw {
 		cfg[k] = v
@@ -229,7 +241,7 @@ func newTestSink(t testing.TB, url string, raw map[string]string) *Sink {
 	if len(errs) > 0 {
 		t.Fatalf("config: %v", errs)
 	}
-	s, err := New(c, connect.Env{Connector: t.Name()})
+	s, err := New(c, connect.Env{Connector: t.Name(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,10 @@ type Sink struct {
 	// rebuild is set on a sink returned by BeginRebuild.
 	rebuild *rebuildState
 
+	// drops are indices a finished rebuild replaced, deleted after dropAt.
+	drops  []string
+	dropAt time.Time
+
 	counters counters
 	seed     maphash.Seed
 	sleep    func(ctx context.Context, d time.Duration) error
@@ -73,9 +77,10 @@ func (s *Sink) Open(ctx context.Context) error {
 	return nil
 }
 
-// Close releases idle connections.
+// Close drops the indices a rebuild replaced, if any are left, and releases idle connections.
 func (s *Sink) Close(ctx context.Context) error {
 	if s.c != nil {
+		s.dropOld(ctx, true)
 		s.c.tr.CloseIdleConnections()
 	}
 	return nil
@@ -161,6 +166,7 @@ func (s *Sink) Write(ctx context.Context, batch []connect.Record) error {
 		s.counters.batchNanos.Add(d)
 		s.counters.lastBatchNanos.Store(d)
 	}()
+	s.dropOld(ctx, false)
 	rej := rejections{s: s, batch: batch}
 	acts := s.acts[:0]
 	s.arena = s.arena[:0]
