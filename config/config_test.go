@@ -157,9 +157,9 @@ func TestMalformedPipelines(t *testing.T) {
 		{"bad boolean", "log:\n  dir: /x\nconnectors:\n  - name: gen\n    class: datagen\n    config:\n      tombstones.on.delete: yes\n", []string{
 			`pipeline.yaml:7:7: connectors[gen].config.tombstones.on.delete: must be true or false (got "yes")`}},
 		{"missing required key", "log:\n  dir: /x\nconnectors:\n  - name: out\n    class: file\n    config:\n      topics: a\n", []string{
-			"pipeline.yaml:6:5: connectors[out].config.file: is required (path of the file to append to (created if missing); - writes to standard output)"}},
+			"pipeline.yaml:6:5: connectors[out].config.file: is required (path of the file to append to (created if missing); \"-\" (quoted in YAML) writes to standard output)"}},
 		{"missing required without config", "log:\n  dir: /x\nconnectors:\n  - name: out\n    class: file\n", []string{
-			"pipeline.yaml:4:5: connectors[out].config.file: is required (path of the file to append to (created if missing); - writes to standard output)",
+			"pipeline.yaml:4:5: connectors[out].config.file: is required (path of the file to append to (created if missing); \"-\" (quoted in YAML) writes to standard output)",
 			"pipeline.yaml:4:5: connectors[out].config.topics: is required: set topics or topics.regex"}},
 		{"unknown placeholder", "log:\n  dir: /x\nconnectors:\n  - name: gen\n    class: datagen\n    config:\n      topic.prefix: ${vault:prefix}\n", []string{
 			`pipeline.yaml:7:21: connectors[gen].config.topic.prefix: unknown placeholder "${vault:prefix}": want ${env:NAME} or ${file:/path:key}`}},

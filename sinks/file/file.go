@@ -33,7 +33,7 @@ func Plugin() connect.Plugin {
 		Doc:     "Appends records to a file as JSON lines (topic, partition, offset, version, key, value).",
 		Config: connect.ConfigDef{
 			{Name: KeyFile, Type: connect.TypeString, Required: true, Importance: connect.High,
-				Doc: "Path of the file to append to (created if missing); - writes to standard output."},
+				Doc: `Path of the file to append to (created if missing); "-" (quoted in YAML) writes to standard output.`},
 		},
 		NewSink: func(cfg connect.Config, env connect.Env) (connect.Sink, error) {
 			return New(cfg.String(KeyFile)), nil

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCmd(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	if code, out, _ := runCmd("version"); code != 0 || out != "sluice "+version+"\n" {
+		t.Fatalf("version: %d %q", code, out)
+	}
+	if code, _, errs := runCmd("frobnicate"); code != 2 || !strings.HasPrefix(errs, "sluice: unknown command \"frobnicate\"\nusage:") {
+		t.Fatalf("unknown command: %d %q", code, errs)
+	}
+	if code, _, errs := runCmd("validate"); code != 2 || !strings.HasPrefix(errs, "sluice: -c PIPELINE is required\n") {
+		t.Fatalf("validate without -c: %d %q", code, errs)
+	}
+	if code, _, errs := runCmd("run", "-c", "x.yaml", "--log-format", "xml"); code != 2 || !strings.HasPrefix(errs, `sluice: --log-format "xml": want text or json`) {
+		t.Fatalf("bad log format: %d %q", code, errs)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("log:\n  dir: "+dir+"\nconnectors:\n  - name: gen\n    class: datagen\n    config:\n      datagen.keys: 0\n      datagen.rat: 5\n"), 0o644)
+	code, _, errs := runCmd("validate", "-c", bad)
+	want := bad + ":7:7: connectors[gen].config.datagen.keys: must be 1..1099511627776 (got 0)\n" +
+		bad + ":8:7: connectors[gen].config.datagen.rat: unknown key; did you mean \"datagen.rate\"?\n" +
+		"sluice: 2 problem(s) in the pipeline\n"
+	if code != 1 || errs != want {
+		t.Fatalf("validate: exit %d\n%s\nwant exit 1\n%s", code, errs, want)
+	}
+	good := filepath.Join(dir, "good.yaml")
+	os.WriteFile(good, []byte("log:\n  dir: "+dir+"\nconnectors:\n  - name: gen\n    class: datagen\n  - name: out\n    class: FileStreamSinkConnector\n    config:\n      topics: a\n      file: \"-\"\n      transforms: u\n      transforms.u.type: io.debezium.transforms.ExtractNewRecordState\n"), 0o644)
+	code, out, errs := runCmd("validate", "-c", good)
+	if code != 0 || out != good+": OK, log.dir "+dir+", 2 connector(s)\n  gen: datagen source\n  out: file sink\n" {
+		t.Fatalf("validate: exit %d\n%s%s", code, out, errs)
+	}
+	// A transform misconfiguration is found by the transforms package's chain builder.
+	os.WriteFile(good, []byte("log:\n  dir: "+dir+"\nconnectors:\n  - name: out\n    class: file\n    config:\n      topics: a\n      file: \"-\"\n      transforms: u\n      transforms.u.type: NoSuchTransform\n"), 0o644)
+	if code, _, errs := runCmd("validate", "-c", good); code != 1 || !strings.Contains(errs, "connectors[out].config.transforms.u.type: ") {
+		t.Fatalf("validate with a bad transform: exit %d\n%s", code, errs)
+	}
+}
