@@ -1,11 +1,13 @@
 // Package runtime runs connectors: each connector is one supervised task that moves records
 // between its plugin and the log.
 //
-// A source task reads batches, applies the connector's transforms, appends each batch's
-// records to their topic partitions (created on first use) and only then commits the batch's
-// position and acknowledges it to the source. Every append carries the encoded Position of
-// its last record, so after a crash the task drops the records the source replays that the
-// log already holds: each record reaches the log exactly once (see source.go).
+// A source task reads batches, applies the connector's transforms and appends each batch's
+// records to their topic partitions (created on first use); only after a batch and every
+// earlier one are durable does it commit the batch's position (at most every
+// offset.flush.interval.ms) and then acknowledge it to the source. Every append carries the
+// encoded Position of its last record, so after a crash the task drops the records the source
+// replays that the log already holds: each record reaches the log exactly once, even if the
+// crash fell between the appends of one batch (see source.go).
 //
 // A sink task consumes its topics as the consumer group "connect-<name>", applies the
 // transforms, writes to the sink and commits the group's offsets only after the write

@@ -36,12 +36,13 @@ func TestPauseResumeStopRestart(t *testing.T) {
 	if st.Connector.State != runtime.StatePaused {
 		t.Fatalf("connector state %s, want PAUSED", st.Connector.State)
 	}
-	time.Sleep(50 * time.Millisecond) // let the in-flight batch finish
+	// The batch in flight completes; then nothing more is appended while paused.
+	waitFor(t, "appends to stop while paused", func() bool {
+		n := appended()
+		time.Sleep(150 * time.Millisecond)
+		return appended() == n
+	})
 	n := appended()
-	time.Sleep(100 * time.Millisecond)
-	if m := appended(); m != n {
-		t.Fatalf("%d appends while paused", m-n)
-	}
 	if err := h.rt.Resume("gen"); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,8 @@ import (
 //	appender:  one Append per partition of the batch, concurrently; each carries the encoded
 //	           Position of its last record; batches strictly in order
 //	committer: append the end Position of the newest fully appended batch to
-//	           __sluice_source_offsets (key: connector), then Ack it
+//	           __sluice_source_offsets (key: connector), at most every
+//	           offset.flush.interval.ms, then Ack it
 //
 // The three run as goroutines linked by bounded channels, so at most three batches are in
 // memory. On start the task opens the source after the committed position. A record the
