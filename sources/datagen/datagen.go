@@ -173,13 +173,22 @@ var cycle = [4]connect.Op{connect.OpCreate, connect.OpUpdate, connect.OpUpdate, 
 
 // Key identifies event n's row: its table and id.
 func (s Settings) Key(n int64) (table string, id int64) {
-	k := s.slot(n % s.Keys)
-	t := len(s.Tables)
-	return s.Tables[k%int64(t)], k/int64(t) + 1
+	t, id := newGen(s).key(n)
+	return s.Tables[t], id
 }
 
-// slot maps a slot to a key index through a fixed permutation of [0, Keys).
-func (s Settings) slot(slot int64) int64 {
+// gen generates events of some Settings, with what every event needs computed once.
+type gen struct {
+	s          Settings
+	mult, add  uint64 // the key permutation: slot → (slot*mult + add) mod Keys
+	topics     []string
+	tables     []any // table names, boxed once
+	kinds      []int // index in Tables of each of s.Tables
+	prefix, db any
+}
+
+func newGen(s Settings) *gen {
+	g := &gen{s: s, prefix: s.Prefix, db: s.Database}
 	a := int64(0x9E3779B1) % s.Keys
 	if a == 0 {
 		a = 1
@@ -187,8 +196,20 @@ func (s Settings) slot(slot int64) int64 {
 	for gcd(a, s.Keys) != 1 {
 		a++
 	}
-	b := uint64(s.Seed) % uint64(s.Keys)
-	return int64((uint64(slot)*uint64(a) + b) % uint64(s.Keys))
+	g.mult, g.add = uint64(a), uint64(s.Seed)%uint64(s.Keys)
+	for _, t := range s.Tables {
+		g.topics = append(g.topics, s.Topic(t))
+		g.tables = append(g.tables, t)
+		g.kinds = append(g.kinds, tableIndex(t))
+	}
+	return g
+}
+
+// key returns event n's table (an index in s.Tables) and id.
+func (g *gen) key(n int64) (int, int64) {
+	k := int64((uint64(n%g.s.Keys)*g.mult + g.add) % uint64(g.s.Keys))
+	t := int64(len(g.s.Tables))
+	return int(k % t), k/t + 1
 }
 
 func gcd(a, b int64) int64 {
@@ -210,37 +231,54 @@ func Order(n int64, sub byte) []byte {
 // Records returns the records of event n: the change event, and for a delete the tombstone
 // when Tombstones is set. They carry their Positions (Order only) and Version n+1.
 func (s Settings) Records(n int64) []connect.Record {
-	return s.appendRecords(nil, n)
+	return newGen(s).appendRecords(nil, n)
 }
 
-func (s Settings) appendRecords(dst []connect.Record, n int64) []connect.Record {
-	table, id := s.Key(n)
+// Op values and envelope fields, boxed once.
+var (
+	opAny = map[connect.Op]any{connect.OpCreate: "c", connect.OpUpdate: "u", connect.OpDelete: "d"}
+)
+
+func (g *gen) appendRecords(dst []connect.Record, n int64) []connect.Record {
+	s := g.s
+	t, id := g.key(n)
+	idv := any(id)
+	kind := g.kinds[t]
 	j := n / s.Keys
 	op := s.Op(n)
 	ts := int64(baseMs) + n
-	key := connect.Row{{Name: "id", Value: id}}
-	ev := connect.ChangeEvent{Op: op, TsMs: ts}
+	tsv := any(ts)
+	key := connect.Row{{Name: "id", Value: idv}}
+	var before, after any
 	if op != connect.OpCreate {
-		ev.Before = s.row(table, id, j-1)
+		before = g.row(kind, id, idv, j-1)
 	}
 	if op != connect.OpDelete {
-		ev.After = s.row(table, id, j)
+		after = g.row(kind, id, idv, j)
 	}
-	ev.Source = connect.Row{
+	source := connect.Row{
 		{Name: "version", Value: Version},
 		{Name: "connector", Value: "datagen"},
-		{Name: "name", Value: s.Prefix},
-		{Name: "ts_ms", Value: ts},
+		{Name: "name", Value: g.prefix},
+		{Name: "ts_ms", Value: tsv},
 		{Name: "snapshot", Value: "false"},
-		{Name: "db", Value: s.Database},
-		{Name: "table", Value: table},
+		{Name: "db", Value: g.db},
+		{Name: "table", Value: g.tables[t]},
 		{Name: "seq", Value: n},
 	}
-	topic := s.Topic(table)
+	// The envelope, as connect.ChangeEvent.Row builds it.
+	value := connect.Row{
+		{Name: connect.FieldBefore, Value: before},
+		{Name: connect.FieldAfter, Value: after},
+		{Name: connect.FieldSource, Value: source},
+		{Name: connect.FieldOp, Value: opAny[op]},
+		{Name: connect.FieldTsMs, Value: tsv},
+	}
+	topic := g.topics[t]
 	at := time.UnixMilli(ts).UTC()
 	dst = append(dst, connect.Record{
 		Topic: topic, Partition: -1, Offset: -1, Timestamp: at,
-		Key: key, Value: ev.Row(), Version: n + 1,
+		Key: key, Value: value, Version: n + 1,
 		Position: connect.Position{Order: Order(n, 0)},
 	})
 	if op == connect.OpDelete && s.Tombstones {
@@ -253,23 +291,29 @@ func (s Settings) appendRecords(dst []connect.Record, n int64) []connect.Record 
 	return dst
 }
 
-// row returns the image of row id of table after its j-th change.
-func (s Settings) row(table string, id, j int64) connect.Row {
-	h := mix(uint64(s.Seed)*0x9E3779B97F4A7C15 ^ uint64(id)*0xBF58476D1CE4E5B9 ^ uint64(j)*0x94D049BB133111EB ^ uint64(tableIndex(table)))
-	switch table {
+// row returns the image of row id (boxed: idv) of table Tables[kind] after its j-th change.
+func (g *gen) row(kind int, id int64, idv any, j int64) connect.Row {
+	h := mix(uint64(g.s.Seed)*0x9E3779B97F4A7C15 ^ uint64(id)*0xBF58476D1CE4E5B9 ^ uint64(j)*0x94D049BB133111EB ^ uint64(kind))
+	switch Tables[kind] {
 	case "customers":
-		first := firstNames[h%uint64(len(firstNames))]
-		last := lastNames[(h>>8)%uint64(len(lastNames))]
+		f := h % uint64(len(firstNames))
+		l := (h >> 8) % uint64(len(lastNames))
+		var email []byte
+		email = append(email, lowerFirst[f]...)
+		email = append(email, '.')
+		email = append(email, lowerLast[l]...)
+		email = strconv.AppendInt(email, id, 10)
+		email = append(email, "@example.com"...)
 		return connect.Row{
-			{Name: "id", Value: id},
-			{Name: "first_name", Value: first},
-			{Name: "last_name", Value: last},
-			{Name: "email", Value: strings.ToLower(first) + "." + strings.ToLower(last) + strconv.FormatInt(id, 10) + "@example.com"},
+			{Name: "id", Value: idv},
+			{Name: "first_name", Value: firstAny[f]},
+			{Name: "last_name", Value: lastAny[l]},
+			{Name: "email", Value: string(email)},
 			{Name: "revision", Value: j},
 		}
 	case "orders":
 		return connect.Row{
-			{Name: "id", Value: id},
+			{Name: "id", Value: idv},
 			{Name: "customer_id", Value: int64(h%1000) + 1},
 			{Name: "quantity", Value: int64((h>>10)%20) + 1},
 			{Name: "price", Value: strconv.FormatInt(int64((h>>20)%100000), 10) + "." + fmt.Sprintf("%02d", (h>>40)%100)},
@@ -278,7 +322,7 @@ func (s Settings) row(table string, id, j int64) connect.Row {
 		}
 	default:
 		return connect.Row{
-			{Name: "id", Value: id},
+			{Name: "id", Value: idv},
 			{Name: "name", Value: adjectives[h%uint64(len(adjectives))] + " " + nouns[(h>>8)%uint64(len(nouns))]},
 			{Name: "weight", Value: float64((h>>16)%10000) / 100},
 			{Name: "in_stock", Value: (h>>32)&1 == 1},
@@ -302,11 +346,31 @@ var (
 	statuses   = []string{"new", "paid", "shipped", "delivered", "returned"}
 	adjectives = []string{"small", "large", "red", "blue", "heavy", "light", "spare", "fine"}
 	nouns      = []string{"scooter", "drill", "hammer", "rocks", "battery", "screws", "spanner", "ladder"}
+
+	firstAny, lastAny     = boxAll(firstNames), boxAll(lastNames)
+	lowerFirst, lowerLast = lowerAll(firstNames), lowerAll(lastNames)
 )
+
+func boxAll(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func lowerAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strings.ToLower(s)
+	}
+	return out
+}
 
 // Source is the datagen source.
 type Source struct {
 	s     Settings
+	g     *gen
 	next  int64
 	start time.Time // when rate limiting began
 	sent  int64     // events emitted since start
@@ -318,7 +382,7 @@ func New(s Settings) *Source {
 	if s.BatchSize <= 0 {
 		s.BatchSize = 100
 	}
-	return &Source{s: s, now: time.Now}
+	return &Source{s: s, g: newGen(s), now: time.Now}
 }
 
 // Open implements connect.Source: it resumes at the event after the position.
@@ -373,7 +437,7 @@ func (src *Source) Read(ctx context.Context) (connect.Batch, error) {
 	}
 	recs := make([]connect.Record, 0, n+n/4+1)
 	for i := int64(0); i < n; i++ {
-		recs = src.s.appendRecords(recs, src.next+i)
+		recs = src.g.appendRecords(recs, src.next+i)
 	}
 	src.next += n
 	src.sent += n
