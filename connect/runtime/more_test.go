@@ -7,10 +7,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluice-cdc/sluice/connect"
 	"github.com/sluice-cdc/sluice/connect/runtime"
 	"github.com/sluice-cdc/sluice/connect/runtime/runtimetest"
+	"github.com/sluice-cdc/sluice/wal"
 )
 
 // storeSource appends one store entry per Open and emits heartbeats: empty batches with a
@@ -131,5 +133,37 @@ func TestRetryTimeoutFails(t *testing.T) {
 	if st.Tasks[0].Restarts == 0 || !strings.Contains(st.Tasks[0].Trace, "disk unavailable") ||
 		!strings.Contains(st.Tasks[0].Trace, "without progress (errors.retry.timeout=50)") {
 		t.Fatalf("status %+v", st.Tasks[0])
+	}
+}
+
+// Topics are created on first use with the runtime's defaults, overridden by the connector's
+// topic.creation.default.* keys.
+func TestTopicCreationSettings(t *testing.T) {
+	log := runtimetest.NewLog()
+	h := newHarness(t, log, newRegistry(t), func(o *runtime.Options) {
+		o.TopicDefaults = wal.DefaultTopicConfig()
+		o.TopicDefaults.Partitions = 2
+		o.TopicDefaults.Retention = time.Hour
+	})
+	h.add("a", "datagen", datagenConfig(10, 5, 10, "topic.prefix", "a", "datagen.tables", "customers"))
+	h.add("b", "datagen", datagenConfig(10, 5, 10, "topic.prefix", "b", "datagen.tables", "customers",
+		"topic.creation.default.partitions", "5", "topic.creation.default.cleanup.policy", "compact"))
+	h.start()
+	waitFor(t, "both topics", func() bool {
+		_, ea := log.Describe("a.inventory.customers")
+		_, eb := log.Describe("b.inventory.customers")
+		return ea == nil && eb == nil
+	})
+	h.stop()
+	a, _ := log.Describe("a.inventory.customers")
+	b, _ := log.Describe("b.inventory.customers")
+	if len(a.Partitions) != 2 || a.Config.Retention != time.Hour || a.Config.Compact {
+		t.Fatalf("a: %d partitions, %+v", len(a.Partitions), a.Config)
+	}
+	if len(b.Partitions) != 5 || !b.Config.Compact || b.Config.Delete || b.Config.Retention != time.Hour {
+		t.Fatalf("b: %d partitions, %+v", len(b.Partitions), b.Config)
+	}
+	if off, _ := log.Describe(runtime.SourceOffsetsTopic); len(off.Partitions) != 1 || !off.Config.Compact {
+		t.Fatalf("offsets topic: %+v", off)
 	}
 }
