@@ -45,7 +45,7 @@ func (p *Pipeline) Check(ch Checker) error {
 		if c.Name == "" && c.namePos.Line == 0 {
 			continue // reported by Load
 		}
-		for _, fe := range ch.CheckConnector(c.Name, c.Class, c.resolved) {
+		for _, fe := range ch.CheckConnector(c.Name, c.Class, c.Resolved()) {
 			if !c.bad[fe.Key] {
 				errs = append(errs, c.locate(fe))
 			}
@@ -74,7 +74,7 @@ func (c *Connector) locate(fe connect.FieldError) Error {
 	}
 	msg := fe.Message
 	if c.secret[fe.Key] {
-		msg = hide(msg, c.resolved[fe.Key], c.Config[fe.Key])
+		msg = hide(msg, c.resolved[fe.Key].Reveal(), c.Config[fe.Key])
 	}
 	return Error{File: pos.File, Line: pos.Line, Col: pos.Col, Path: path, Msg: msg}
 }

@@ -70,7 +70,7 @@ type Connector struct {
 	configPos Pos
 	keys      map[string]Pos
 
-	resolved map[string]string // nil until Resolve
+	resolved map[string]Secret // nil until Resolve; Secret so that printing a Connector shows no value
 	secret   map[string]bool   // keys whose value came from a placeholder
 	bad      map[string]bool   // keys whose value did not decode (reported already)
 }
@@ -84,12 +84,34 @@ func (c *Connector) Path() string {
 	return "connectors[" + strconv.Itoa(c.index) + "]"
 }
 
+// String describes the connector with its configuration as written, never a resolved value.
+func (c Connector) String() string {
+	keys := make([]string, 0, len(c.Config))
+	for k := range c.Config {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	fmt.Fprintf(&b, "connector %s (class %s) {", c.Name, c.Class)
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s: %s", k, c.Config[k])
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+// GoString is String, so that %#v shows no resolved value either.
+func (c Connector) GoString() string { return c.String() }
+
 // Resolved returns the configuration with placeholders substituted; Resolve must have
 // succeeded. The map is a copy.
 func (c *Connector) Resolved() map[string]string {
 	out := make(map[string]string, len(c.resolved))
 	for k, v := range c.resolved {
-		out[k] = v
+		out[k] = v.Reveal()
 	}
 	return out
 }

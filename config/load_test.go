@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,4 +105,20 @@ func FuzzOpen(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Printing a pipeline never shows a resolved placeholder.
+func TestPrintingHidesResolvedValues(t *testing.T) {
+	p, err := config.OpenBytes("p.yaml", []byte("log:\n  dir: /x\nconnectors:\n  - name: gen\n    class: datagen\n    config:\n      topic.prefix: ${env:BAD_KEYS}\n"), lookup, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{fmt.Sprintf("%v", p), fmt.Sprintf("%+v", *p.Connectors[0]), fmt.Sprintf("%#v", *p.Connectors[0])} {
+		if strings.Contains(s, "s3cr3t-value") {
+			t.Fatalf("printed a resolved secret: %s", s)
+		}
+	}
+	if p.Connectors[0].Resolved()["topic.prefix"] != "s3cr3t-value" {
+		t.Fatal("Resolved does not reveal the value")
+	}
 }

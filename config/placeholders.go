@@ -183,7 +183,7 @@ func (p *Pipeline) Resolve(env Env) error {
 	r := &resolver{env: env, files: map[string]map[string]string{}, errs: map[string]error{}}
 	var errs Errors
 	for _, c := range p.Connectors {
-		c.resolved = make(map[string]string, len(c.Config))
+		c.resolved = make(map[string]Secret, len(c.Config))
 		c.secret = map[string]bool{}
 		for k, v := range c.Config {
 			if c.bad[k] {
@@ -196,7 +196,7 @@ func (p *Pipeline) Resolve(env Env) error {
 				c.bad[k] = true // reported: no "is required" for it later
 				continue
 			}
-			c.resolved[k] = out
+			c.resolved[k] = Secret(out)
 			if had {
 				c.secret[k] = true
 			}
