@@ -171,3 +171,64 @@ func TestCheckReportsEveryProblem(t *testing.T) {
 		t.Fatalf("RuntimeDef starts with %q", def[0].Name)
 	}
 }
+
+// A graceful stop waits for the write in flight; Abort (the second signal) and the shutdown
+// timeout abandon it.
+func TestAbortAndShutdownTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		abort   bool
+	}{{"abort", time.Minute, true}, {"timeout", 100 * time.Millisecond, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := runtimetest.NewLog()
+			entered := make(chan struct{}, 1)
+			blocking := connect.Plugin{Name: "stuck", Kind: connect.KindSink,
+				NewSink: func(connect.Config, connect.Env) (connect.Sink, error) { return stuckSink{entered}, nil }}
+			rt, err := runtime.New(runtime.Options{Log: log, Registry: newRegistry(t, blocking), ShutdownTimeout: tc.timeout, FetchWait: 10 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range []runtime.ConnectorSpec{
+				{Name: "gen", Class: "datagen", Config: datagenConfig(10, 5, 10)},
+				{Name: "out", Class: "stuck", Config: map[string]string{"topics.regex": "gen\\..*"}},
+			} {
+				if err := rt.Add(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- rt.Run(ctx) }()
+			<-entered
+			cancel()
+			select {
+			case <-done:
+				t.Fatal("Run returned while a write was in flight")
+			case <-time.After(50 * time.Millisecond):
+			}
+			if tc.abort {
+				rt.Abort()
+			}
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run did not return after the abort or timeout")
+			}
+		})
+	}
+}
+
+// stuckSink's Write blocks until its context ends.
+type stuckSink struct{ entered chan struct{} }
+
+func (stuckSink) Open(context.Context) error { return nil }
+func (s stuckSink) Write(ctx context.Context, _ []connect.Record) error {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (stuckSink) Close(context.Context) error { return nil }
