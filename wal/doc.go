@@ -195,5 +195,6 @@
 // index.interval.bytes of data), the producer state (bounded by the number
 // of producers) and one file handle per segment. Compaction's key map is
 // bounded to 64 MiB per run; a larger dirty section takes several runs.
-// Compaction does not merge small segments.
+// Compaction does not merge small segments. segment.ms counts from when
+// the active segment was created or the log opened.
 package wal

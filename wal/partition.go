@@ -415,7 +415,12 @@ func (p *partition) roll() error {
 // advanceHW moves the committed end forward and wakes long-polls. Caller
 // holds mu.
 func (p *partition) advanceHW(hw, pos int64) {
-	if hw <= p.hw {
+	if hw < p.hw {
+		return
+	}
+	if hw == p.hw {
+		// Same end, possibly a new active segment after a roll.
+		p.hwPos = pos
 		return
 	}
 	p.hw, p.hwPos = hw, pos
