@@ -1,0 +1,294 @@
+package redis
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"sync"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/e2e/sinks/sinktest"
+)
+
+// TestWorkload is the view's main guarantee: a random workload of inserts, updates (some of
+// them partial), deletes, re-inserts and NULLs leaves the keyspace equal to the model, exactly;
+// replaying the whole log twice more changes nothing; and injecting every superseded event
+// again, shuffled, changes nothing and is counted as a conflict each.
+func TestWorkload(t *testing.T) {
+	for _, typ := range []string{TypeHash, TypeJSON} {
+		for _, tc := range []struct {
+			name  string
+			shape sinktest.Shape
+		}{
+			{"envelope", sinktest.Envelope},
+			{"rewrite", sinktest.Rewrite},
+			{"tombstones", sinktest.Tombstones},
+		} {
+			t.Run(typ+"/"+tc.name, func(t *testing.T) {
+				addr, db := testDB(t)
+				c := client(t, addr, db)
+				w := sinktest.Generate(sinktest.Options{Seed: 42, Transactions: 1500, Shape: tc.shape, Partial: true, Truncates: true})
+				s := newTestSink(t, addr, db, map[string]string{KeyType: typ, KeyBatchSize: "37"}, nil)
+				check := func(when string) {
+					t.Helper()
+					if d := diffKeys(expected(t, w, typ, ""), keyspace(t, c, typ, "")); d != "" {
+						t.Fatalf("%s: keyspace differs from the model:\n%s", when, d)
+					}
+				}
+				writeAll(t, s, w.Records, 1, 300)
+				check("after the workload")
+				if st := s.Stats(); st.Rejected != 0 || st.Retries != 0 {
+					t.Fatalf("stats after the workload: %+v", st)
+				}
+				for replay := 2; replay <= 3; replay++ {
+					writeAll(t, s, w.Records, uint64(replay), 500)
+					check("after a replay")
+				}
+				if s.Stats().Conflicts == 0 {
+					t.Fatalf("replays caused no version conflict: the guard is not in use (stats %+v)", s.Stats())
+				}
+				before := s.Stats().Conflicts
+				stale := make([]connect.Record, len(w.Stale))
+				for i, j := range w.Stale {
+					stale[i] = w.Records[j]
+				}
+				rng := rand.New(rand.NewPCG(9, 9))
+				rng.Shuffle(len(stale), func(i, j int) { stale[i], stale[j] = stale[j], stale[i] })
+				writeAll(t, s, stale, 4, 200)
+				check("after injecting older events out of order")
+				if got := s.Stats().Conflicts - before; got != int64(len(stale)) {
+					t.Fatalf("injecting %d older events counted %d conflicts, want one each", len(stale), got)
+				}
+			})
+		}
+	}
+}
+
+// TestStream: every change is appended once to its table's stream, in log order; replays and
+// older events append nothing.
+func TestStream(t *testing.T) {
+	addr, db := testDB(t)
+	c := client(t, addr, db)
+	w := sinktest.Generate(sinktest.Options{Seed: 5, Transactions: 400, Shape: sinktest.Envelope, Partial: true, Truncates: true})
+	s := newTestSink(t, addr, db, map[string]string{KeyType: TypeStream}, nil)
+	want := map[string][]map[string]any{}
+	for _, r := range w.Records {
+		ev, err := connect.ParseChangeEvent(r.Value)
+		if err == nil && ev.Op == connect.OpTruncate {
+			continue
+		}
+		table := r.Topic[strings.LastIndexByte(r.Topic, '.')+1:]
+		e := map[string]any{"op": "d", "key": asJSON(t, r.Key), "version": strconv.FormatInt(r.Version, 10)}
+		if err == nil && ev.After != nil {
+			e["op"] = ev.Op.String()
+			e["value"] = asJSON(t, ev.After)
+		}
+		if u, ok := r.Headers.Get(connect.HeaderUnchanged); ok {
+			e["unchanged"] = string(u)
+		}
+		want[table] = append(want[table], e)
+	}
+	check := func(when string) {
+		t.Helper()
+		for table, entries := range want {
+			msgs, err := c.XRange(testCtx(t), table, "-", "+").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(msgs) != len(entries) {
+				t.Fatalf("%s: stream %s has %d entries, want %d", when, table, len(msgs), len(entries))
+			}
+			for i, m := range msgs {
+				got := map[string]any{}
+				for k, v := range m.Values {
+					if k == "key" || k == "value" {
+						got[k] = asJSON(t, v)
+					} else {
+						got[k] = v
+					}
+				}
+				if d := diffKeys(map[string]any{"e": entries[i]}, map[string]any{"e": got}); d != "" {
+					t.Fatalf("%s: stream %s entry %d:\n%s", when, table, i, d)
+				}
+			}
+		}
+	}
+	writeAll(t, s, w.Records, 1, 100)
+	check("after the workload")
+	writeAll(t, s, w.Records, 2, 300)
+	check("after a replay")
+	var stale []connect.Record
+	for _, i := range w.Stale {
+		stale = append(stale, w.Records[i])
+	}
+	writeAll(t, s, stale, 3, 50)
+	check("after older events")
+}
+
+// TestPartialUpdate: a TOAST-style update keeps the stored value of the unchanged column, in
+// hashes and in JSON rows, in one batch and across batches.
+func TestPartialUpdate(t *testing.T) {
+	key := connect.Row{{Name: "id", Value: int64(1)}}
+	full := func(v int64, a int64, bio string) connect.Record {
+		return connect.Record{Topic: "db.s.t", Key: key, Version: v,
+			Value: connect.Row{{Name: "id", Value: int64(1)}, {Name: "a", Value: a}, {Name: "bio", Value: bio}, {Name: "n", Value: "x"}}}
+	}
+	partial := func(v int64, a int64) connect.Record {
+		r := connect.Record{Topic: "db.s.t", Key: key, Version: v,
+			Value: connect.Row{{Name: "id", Value: int64(1)}, {Name: "a", Value: a}, {Name: "n", Value: nil}}}
+		r.Headers = r.Headers.Set(connect.HeaderUnchanged, []byte("bio"))
+		return r
+	}
+	for _, typ := range []string{TypeHash, TypeJSON} {
+		t.Run(typ, func(t *testing.T) {
+			addr, db := testDB(t)
+			c := client(t, addr, db)
+			s := newTestSink(t, addr, db, map[string]string{KeyType: typ}, nil)
+			want := func(a int64, bio string) map[string]any {
+				row := connect.Row{{Name: "id", Value: int64(1)}, {Name: "a", Value: a}, {Name: "n", Value: nil}, {Name: "bio", Value: bio}}
+				if typ == TypeJSON {
+					return map[string]any{"t:1": asJSON(t, row)}
+				}
+				return map[string]any{"t:1": hashFields(t, row)}
+			}
+			mustWrite(t, s, full(10, 1, "long text"))
+			mustWrite(t, s, partial(11, 2))
+			if d := diffKeys(want(2, "long text"), keyspace(t, c, typ, "")); d != "" {
+				t.Fatal(d)
+			}
+			mustWrite(t, s, full(12, 3, "first"), partial(13, 4), partial(13, 5), full(9, 8, "stale"), partial(14, 6))
+			if d := diffKeys(want(6, "first"), keyspace(t, c, typ, "")); d != "" {
+				t.Fatal(d)
+			}
+		})
+	}
+}
+
+// TestTTL: rows expire after redis.key.ttl with their marker; a delete's marker lives
+// redis.delete.marker.ttl.
+func TestTTL(t *testing.T) {
+	addr, db := testDB(t)
+	c := client(t, addr, db)
+	s := newTestSink(t, addr, db, map[string]string{KeyTTL: "100", KeyMarkerTTL: "50"}, nil)
+	k1, k2 := connect.Row{{Name: "id", Value: int64(1)}}, connect.Row{{Name: "id", Value: int64(2)}}
+	mustWrite(t, s,
+		connect.Record{Topic: "db.s.t", Key: k1, Version: 3, Value: connect.Row{{Name: "id", Value: int64(1)}}},
+		connect.Record{Topic: "db.s.t", Key: k2, Version: 3, Value: connect.Row{{Name: "id", Value: int64(2)}}},
+		connect.Record{Topic: "db.s.t", Key: k2, Version: 4})
+	ctx := testCtx(t)
+	for key, want := range map[string]time.Duration{"t:1": 100 * time.Second, meta + "v:0:t:1": 100 * time.Second, meta + "v:0:t:2": 50 * time.Second} {
+		got, err := c.TTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got <= want-5*time.Second || got > want {
+			t.Fatalf("TTL of %s = %v, want %v", key, got, want)
+		}
+	}
+	if n, _ := c.Exists(ctx, "t:2").Result(); n != 0 {
+		t.Fatal("deleted row still exists")
+	}
+	// a late write of version 3 cannot bring row 2 back while the marker lives
+	mustWrite(t, s, connect.Record{Topic: "db.s.t", Key: k2, Version: 3, Value: connect.Row{{Name: "id", Value: int64(2)}}})
+	if n, _ := c.Exists(ctx, "t:2").Result(); n != 0 {
+		t.Fatal("an older write brought a deleted row back")
+	}
+}
+
+// TestRejected: a record Redis refuses (the key holds another type) or that cannot become a
+// row is reported in a *connect.WriteError; the rest of the batch is applied.
+func TestRejected(t *testing.T) {
+	addr, db := testDB(t)
+	c := client(t, addr, db)
+	ctx := testCtx(t)
+	if err := c.Set(ctx, "t:2", "a string", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestSink(t, addr, db, nil, nil)
+	rec := func(id int64) connect.Record {
+		// partial updates: a whole row replaces whatever the key held
+		r := connect.Record{Topic: "db.s.t", Key: connect.Row{{Name: "id", Value: id}}, Version: 7,
+			Value: connect.Row{{Name: "id", Value: id}}}
+		r.Headers = r.Headers.Set(connect.HeaderUnchanged, []byte("bio"))
+		return r
+	}
+	err := s.Write(ctx, []connect.Record{rec(1), rec(2), {Topic: "db.s.t", Value: connect.Row{}}, rec(3)})
+	var we *connect.WriteError
+	if !errors.As(err, &we) || len(we.Failed) != 2 || we.Failed[0].Index != 1 || we.Failed[1].Index != 2 {
+		t.Fatalf("write: %v, want records 1 and 2 rejected", err)
+	}
+	if msg := we.Failed[0].Err.Error(); !strings.HasPrefix(msg, "redis refused the write of t:2: WRONGTYPE") {
+		t.Fatalf("record 1: %q", msg)
+	}
+	want := map[string]any{"t:1": map[string]string{"id": "1"}, "t:3": map[string]string{"id": "3"}}
+	if v, err := c.Get(ctx, "t:2").Result(); err != nil || v != "a string" {
+		t.Fatalf("t:2 = %q, %v: a refused write changed it", v, err)
+	}
+	c.Del(ctx, "t:2")
+	got := keyspace(t, c, TypeHash, "")
+	if d := diffKeys(want, got); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// TestServerRefuses: a server that refuses writes (a read-only replica here) fails Write with
+// a retriable error after max.retries, and the sink counts and logs each retry; once the server
+// takes writes again, the same batch goes through.
+func TestServerRefuses(t *testing.T) {
+	addr, db := testDB(t)
+	c := client(t, addr, db)
+	ctx := testCtx(t)
+	var logs syncBuffer
+	s := newTestSink(t, addr, db, map[string]string{KeyMaxRetries: "2", KeyRetryBackoff: "1"}, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err := c.SlaveOf(ctx, "127.0.0.1", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			c.SlaveOf(ctx, "NO", "ONE")
+		}
+	})
+	batch := []connect.Record{{Topic: "db.s.t", Key: connect.Row{{Name: "id", Value: int64(1)}}, Version: 1,
+		Value: connect.Row{{Name: "id", Value: int64(1)}}}}
+	err := s.Write(ctx, batch)
+	if !connect.IsRetriable(err) || !strings.HasPrefix(err.Error(), "write to redis: still failing after 2 retries: READONLY") {
+		t.Fatalf("write: %v, want a retriable error after 2 retries naming READONLY", err)
+	}
+	if st := s.Stats(); st.Retries != 2 {
+		t.Fatalf("retries = %d, want 2", st.Retries)
+	}
+	if n := strings.Count(logs.String(), "redis write failed; retrying"); n != 2 {
+		t.Fatalf("%d retries logged, want 2:\n%s", n, logs.String())
+	}
+	if err := c.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	restored = true
+	mustWrite(t, s, batch...)
+	if d := diffKeys(map[string]any{"t:1": map[string]string{"id": "1"}}, keyspace(t, c, TypeHash, "")); d != "" {
+		t.Fatal(d)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
