@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
-	"sync"
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
