@@ -90,9 +90,10 @@ func bareRound(b *testing.B, dir string, events int) time.Duration {
 	return time.Since(start)
 }
 
-// pipelineRound runs datagen → log → null sink until the sink has every event, and returns
-// the time from start and the heap allocations per event.
-func pipelineRound(b *testing.B, dir string, events int) (time.Duration, float64) {
+// pipelineRound runs datagen → log → null sink until the sink has every event (withSink) or
+// until the log has every event, and returns the time from start and the heap allocations per
+// event.
+func pipelineRound(b *testing.B, dir string, events int, withSink bool) (time.Duration, float64) {
 	log, err := wal.Open(dir, walOpts())
 	if err != nil {
 		b.Fatal(err)
@@ -119,13 +120,21 @@ func pipelineRound(b *testing.B, dir string, events int) (time.Duration, float64
 		"datagen.batch.size": strconv.Itoa(benchBatch), "datagen.max.events": strconv.Itoa(events),
 		"tombstones.on.delete": "false",
 	})
-	add("null", "null", map[string]string{"topics": "bench.inventory.customers"})
+	if withSink {
+		add("null", "null", map[string]string{"topics": "bench.inventory.customers"})
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	allocs := mallocs()
 	start := time.Now()
 	go func() { done <- rt.Run(ctx) }()
-	for got.Load() < int64(events) {
+	for {
+		if withSink && got.Load() >= int64(events) {
+			break
+		}
+		if n, _ := log.LatestOffset("bench.inventory.customers", 0); !withSink && n >= int64(events) {
+			break
+		}
 		time.Sleep(200 * time.Microsecond)
 	}
 	elapsed := time.Since(start)
@@ -138,24 +147,32 @@ func pipelineRound(b *testing.B, dir string, events int) (time.Duration, float64
 }
 
 // BenchmarkPipeline measures datagen → log → null sink end to end (one topic, one partition,
-// datagen batches of 100 events, fsync with group commit) against the bare log appending the
-// same encoded records in batches of 100, alternating the two in rounds of the same run so
-// that both see the same disk and CPU. Reported: the median events/s of each, the median of
-// the per-round ratios (goal >= 0.8), and heap allocations per event of the pipeline
-// (datagen's generation and the sink side's decoding included). One op is one event.
+// datagen batches of 100 events, fsync with group commit) and datagen → log alone against the
+// bare log appending the same encoded records in batches of 100, alternating the three in
+// rounds of the same run so that all see the same disk and CPU. Reported: the median events/s
+// of each, the medians of the per-round ratios to the bare log (goal >= 0.8), and heap
+// allocations per event (datagen's generation and, end to end, the sink side's decoding
+// included). One op is one event.
 func BenchmarkPipeline(b *testing.B) {
 	events := max(b.N/benchRounds, 20*benchBatch)
-	var bare, pipe, ratios, allocs []float64
+	var bare, pipe, src, ratios, srcRatios, allocs, srcAllocs []float64
 	for r := range benchRounds {
 		dir := b.TempDir()
 		bd := bareRound(b, fmt.Sprintf("%s/bare-%d", dir, r), events)
-		pd, a := pipelineRound(b, fmt.Sprintf("%s/pipe-%d", dir, r), events)
+		sd, sa := pipelineRound(b, fmt.Sprintf("%s/src-%d", dir, r), events, false)
+		pd, pa := pipelineRound(b, fmt.Sprintf("%s/pipe-%d", dir, r), events, true)
 		bare = append(bare, float64(events)/bd.Seconds())
+		src = append(src, float64(events)/sd.Seconds())
 		pipe = append(pipe, float64(events)/pd.Seconds())
+		srcRatios = append(srcRatios, bd.Seconds()/sd.Seconds())
 		ratios = append(ratios, bd.Seconds()/pd.Seconds())
-		allocs = append(allocs, a)
+		srcAllocs = append(srcAllocs, sa)
+		allocs = append(allocs, pa)
 	}
 	b.ReportMetric(median(bare), "wal_events/s")
+	b.ReportMetric(median(src), "source_events/s")
+	b.ReportMetric(median(srcRatios), "source_ratio")
+	b.ReportMetric(median(srcAllocs), "source_allocs/event")
 	b.ReportMetric(median(pipe), "pipeline_events/s")
 	b.ReportMetric(median(ratios), "ratio")
 	b.ReportMetric(median(allocs), "allocs/event")
