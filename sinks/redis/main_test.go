@@ -167,8 +167,8 @@ func expected(t testing.TB, w *sinktest.Workload, typ, prefix string) map[string
 	return out
 }
 
-// keyspace reads every key of the database that is not under the meta prefix (and, with
-// prefix, only the keys under it).
+// keyspace reads every view key of the database (not the markers and pointers under the meta
+// prefix, but the rebuilt generations under <meta>g<n>:), with prefix only the keys under it.
 func keyspace(t testing.TB, c *goredis.Client, typ, prefix string) map[string]any {
 	t.Helper()
 	ctx := testCtx(t)
@@ -176,7 +176,7 @@ func keyspace(t testing.TB, c *goredis.Client, typ, prefix string) map[string]an
 	iter := c.Scan(ctx, 0, "*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
-		if !strings.HasPrefix(k, prefix) || strings.HasPrefix(k, meta) && !strings.HasPrefix(prefix, meta) {
+		if !strings.HasPrefix(k, prefix) || strings.HasPrefix(k, meta) && !strings.HasPrefix(k, meta+"g") {
 			continue
 		}
 		if typ == TypeJSON {

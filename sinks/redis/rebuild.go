@@ -18,13 +18,13 @@ import (
 // renders as they are; generation n > 0 writes them under the prefix <meta>g<n>:. The key
 // <meta>live holds the live generation's prefix (absent or "" for generation 0), so a reader
 // finds a row as GET(<meta>live) + key. A rebuild writes a fresh generation, then switches
-// <meta>live (and <meta>generation) in one MULTI, and deletes the old generation's keys a little
+// <meta>live (and <meta>live.gen) in one MULTI, and deletes the old generation's keys a little
 // later (rebuild.cleanup.delay.ms), so readers that read the pointer just before can finish.
 //
 // Each row's version marker is <meta>v:<gen>:<key> (stream entries: <meta>s:<gen>:<len>:<stream
 // key>:<row key>), so a generation's keys can be found with SCAN even in generation 0:
-// the markers name the rows. Other keys sluice keeps under <meta>: generation (the live
-// generation's number), next (the last number handed out), building (generations being
+// the markers name the rows. Other keys sluice keeps under <meta>: live.gen (the live
+// generation's number), next.gen (the last number handed out), building (generations being
 // rebuilt), cleanup (replaced generations whose keys are still being deleted).
 
 func (s *Sink) metaKey(name string) string { return s.o.meta + name }
@@ -44,7 +44,7 @@ func (s *Sink) setGeneration(gen int) {
 
 // liveGeneration reads the live generation's number (0 when no rebuild ever finished).
 func (s *Sink) liveGeneration(ctx context.Context) (int, error) {
-	v, err := s.rdb.Get(ctx, s.metaKey("generation")).Result()
+	v, err := s.rdb.Get(ctx, s.metaKey("live.gen")).Result()
 	if errors.Is(err, goredis.Nil) {
 		return 0, nil
 	}
@@ -53,7 +53,7 @@ func (s *Sink) liveGeneration(ctx context.Context) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return 0, connect.Permanentf("read live generation: %s holds %q, not a generation number", s.metaKey("generation"), v)
+		return 0, connect.Permanentf("read live generation: %s holds %q, not a generation number", s.metaKey("live.gen"), v)
 	}
 	return n, nil
 }
@@ -68,7 +68,7 @@ type rebuildState struct {
 func (s *Sink) BeginRebuild(ctx context.Context) (connect.Sink, error) {
 	var n int
 	for {
-		v, err := s.rdb.Incr(ctx, s.metaKey("next")).Result()
+		v, err := s.rdb.Incr(ctx, s.metaKey("next.gen")).Result()
 		if err != nil {
 			return nil, fmt.Errorf("begin rebuild: %w", err)
 		}
@@ -76,7 +76,7 @@ func (s *Sink) BeginRebuild(ctx context.Context) (connect.Sink, error) {
 			n = int(v)
 			break
 		}
-		if err := s.rdb.Set(ctx, s.metaKey("next"), s.gen, 0).Err(); err != nil {
+		if err := s.rdb.Set(ctx, s.metaKey("next.gen"), s.gen, 0).Err(); err != nil {
 			return nil, fmt.Errorf("begin rebuild: %w", err)
 		}
 	}
@@ -127,7 +127,7 @@ func (s *Sink) FinishRebuild(ctx context.Context, rebuilt connect.Sink) error {
 	old := s.gen
 	_, err = s.rdb.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		p.Set(ctx, s.metaKey("live"), r.prefix, 0)
-		p.Set(ctx, s.metaKey("generation"), r.gen, 0)
+		p.Set(ctx, s.metaKey("live.gen"), r.gen, 0)
 		p.SRem(ctx, s.metaKey("building"), r.gen)
 		p.SAdd(ctx, s.metaKey("cleanup"), old)
 		return nil
