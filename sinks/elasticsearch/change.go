@@ -8,16 +8,16 @@ import (
 	"github.com/sluice-cdc/sluice/connect"
 )
 
-// What a record means to a view. The Redis sink applies the same rules (sinks/redis/change.go);
-// both are pinned by the same test table (TestInterpret, TestRenderKey), so a record maps to
-// the same id in every view.
+// What a record means to a view. The Redis sink applies the same rules (sinks/redis/change.go
+// is a copy of this file); both are pinned by the same test table (change_test.go in each
+// package), so a record maps to the same id in every view.
 
 // changeKind is what a record asks of the view.
 type changeKind uint8
 
 const (
 	changeWrite  changeKind = iota + 1 // write the row image
-	changeDelete                       // delete the document
+	changeDelete                       // delete the row
 	changeSkip                         // nothing to do (truncate events)
 )
 
@@ -143,7 +143,7 @@ const keySeparator = ':'
 func appendKey(dst []byte, key any) ([]byte, error) {
 	switch k := key.(type) {
 	case nil:
-		return dst, errors.New("record has no key (a view needs the primary key for the document id)")
+		return dst, errors.New("record has no key (a view needs the primary key to identify the row)")
 	case connect.Row:
 		switch len(k) {
 		case 0:
@@ -247,8 +247,10 @@ func parseTemplate(s string, allowed ...string) (template, error) {
 		name := s[i+2 : i+j]
 		ok := false
 		for _, a := range allowed {
-			if name == a || strings.HasSuffix(a, ".") && strings.HasPrefix(name, a) && len(name) > len(a) {
-				ok = true
+			if strings.HasSuffix(a, ".") {
+				ok = ok || strings.HasPrefix(name, a) && len(name) > len(a)
+			} else {
+				ok = ok || name == a
 			}
 		}
 		if !ok {

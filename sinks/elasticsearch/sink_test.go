@@ -213,7 +213,7 @@ func TestMalformed(t *testing.T) {
 		if msg := we.Failed[1].Err.Error(); msg != "value is a string, not a row or a change event" {
 			t.Fatalf("record 3 rejected with %q", msg)
 		}
-		if msg := we.Failed[2].Err.Error(); msg != "record has no key (a view needs the primary key for the document id)" {
+		if msg := we.Failed[2].Err.Error(); msg != "record has no key (a view needs the primary key to identify the row)" {
 			t.Fatalf("record 4 rejected with %q", msg)
 		}
 		if d := diffDocs(good, c.docs(indexName(t, "db.s.t"))); d != "" {

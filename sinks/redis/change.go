@@ -247,8 +247,10 @@ func parseTemplate(s string, allowed ...string) (template, error) {
 		name := s[i+2 : i+j]
 		ok := false
 		for _, a := range allowed {
-			if name == a || strings.HasSuffix(a, ".") && strings.HasPrefix(name, a) && len(name) > len(a) {
-				ok = true
+			if strings.HasSuffix(a, ".") {
+				ok = ok || strings.HasPrefix(name, a) && len(name) > len(a)
+			} else {
+				ok = ok || name == a
 			}
 		}
 		if !ok {

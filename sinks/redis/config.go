@@ -100,7 +100,7 @@ func configDef() connect.ConfigDef {
 		{Name: KeyStreamMaxLen, Type: connect.TypeLong, Default: "1000000", HasDefault: true, Check: connect.AtLeast(0), Group: "Data", Importance: connect.Medium,
 			Doc: "stream: trim each stream to about this many entries (XADD MAXLEN ~); 0: never trim."},
 		{Name: KeyMetaPrefix, Type: connect.TypeString, Default: "__sluice:${connector}:", HasDefault: true, Group: "Data", Importance: connect.Low, Check: checkMetaPrefix,
-			Doc: "Prefix of the keys sluice keeps beside the view: version markers, the live generation pointer (<prefix>live) and rebuilt generations. ${connector} is the connector's name."},
+			Doc: "Prefix of the keys sluice keeps beside the view: version markers, the live generation pointer (<prefix>live) and rebuilt generations. ${connector} is the connector's name; empty means the default."},
 		{Name: KeyWaitReplicas, Type: connect.TypeInt, Default: "0", HasDefault: true, Check: connect.AtLeast(0), Group: "Data", Importance: connect.Low,
 			Doc: "After each batch, WAIT until this many replicas have it (a retriable error otherwise); 0: do not wait."},
 		{Name: KeyWaitTimeout, Type: connect.TypeLong, Default: "1000", HasDefault: true, Check: connect.AtLeast(0), Group: "Data", Importance: connect.Low,
@@ -160,9 +160,6 @@ func checkKeyTemplate(v string) error {
 }
 
 func checkMetaPrefix(v string) error {
-	if strings.TrimSpace(v) == "" {
-		return fmt.Errorf("must not be empty")
-	}
 	_, err := parseTemplate(strings.TrimSpace(v), "connector")
 	return err
 }
@@ -219,7 +216,11 @@ func parseOptions(cfg connect.Config, env connect.Env) (*options, error) {
 	if o.key, err = parseTemplate(tmpl, keyPlaceholders...); err != nil {
 		return nil, connect.Permanentf("%s: %w", KeyKey, err)
 	}
-	meta, err := parseTemplate(strings.TrimSpace(cfg.String(KeyMetaPrefix)), "connector")
+	metaTmpl := strings.TrimSpace(cfg.String(KeyMetaPrefix))
+	if metaTmpl == "" {
+		metaTmpl = "__sluice:${connector}:"
+	}
+	meta, err := parseTemplate(metaTmpl, "connector")
 	if err != nil {
 		return nil, connect.Permanentf("%s: %w", KeyMetaPrefix, err)
 	}
