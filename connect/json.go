@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // maxDepth bounds the nesting the parser accepts, so hostile input cannot exhaust the stack.
@@ -260,6 +262,10 @@ func (e *SyntaxError) Error() string {
 // a repeated name keeps its last value, in the position of its first occurrence), arrays []any,
 // integers int64 (uint64 beyond the int64 range), other numbers float64, strings string.
 // Trailing non-space input is an error.
+//
+// The result shares no memory with b. Decoding is the sink side's hot path, so the parser
+// allocates in slabs: the text of all strings of one call lives in one buffer, the fields of all
+// Rows in one slice, and object keys are interned.
 func ParseJSON(b []byte) (any, error) {
 	p := parser{buf: b}
 	p.skipSpace()
@@ -277,6 +283,19 @@ func ParseJSON(b []byte) (any, error) {
 type parser struct {
 	buf []byte
 	pos int
+	// stack holds the fields of the objects being parsed (nested objects push above their
+	// parent's fields); a finished object's fields move to fieldSlab.
+	stack     []Field
+	fieldSlab []Field
+	// text is the arena that string values are cut from (immutable once cut).
+	text []byte
+	// scratch collects an escaped string before it is cut from text.
+	scratch []byte
+	// Slabs that scalar and row values are boxed from (see box).
+	strs   []string
+	ints   []int64
+	floats []float64
+	rows   []Row
 }
 
 func (p *parser) errorf(format string, args ...any) error {
@@ -307,7 +326,11 @@ func (p *parser) value(depth int) (any, error) {
 	case c == '[':
 		return p.array(depth)
 	case c == '"':
-		return p.str()
+		b, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		return p.boxString(p.cut(b)), nil
 	case c == 't':
 		return true, p.literal("true")
 	case c == 'f':
@@ -329,23 +352,67 @@ func (p *parser) literal(lit string) error {
 	return nil
 }
 
+// cut copies b into the text arena and returns it as a string that shares the arena.
+func (p *parser) cut(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if cap(p.text)-len(p.text) < len(b) {
+		// one arena for the rest of the input; strings never grow when unescaped except for
+		// invalid UTF-8 (1 byte becomes 3), which the max covers
+		p.text = make([]byte, 0, max(len(p.buf)-p.pos+len(b), 2*len(b), 64))
+	}
+	start := len(p.text)
+	p.text = append(p.text, b...)
+	return unsafe.String(&p.text[start], len(b))
+}
+
+// key returns an object key, interned when it is short: column and envelope names repeat in
+// every record, so most keys cost no allocation.
+func (p *parser) key(b []byte) string {
+	if len(b) > maxInternLen {
+		return p.cut(b)
+	}
+	h := uint32(2166136261)
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	slot := &internTable[h&(internSlots-1)]
+	if s := slot.Load(); s != nil && *s == string(b) {
+		return *s
+	}
+	s := string(b)
+	slot.Store(&s)
+	return s
+}
+
+const (
+	maxInternLen = 64
+	internSlots  = 4096
+)
+
+// internTable is a direct-mapped cache of object keys shared by all parsers: a miss replaces
+// the slot, so it holds at most internSlots short strings whatever the input.
+var internTable [internSlots]atomic.Pointer[string]
+
 func (p *parser) object(depth int) (any, error) {
 	p.pos++ // {
-	row := Row{}
+	base := len(p.stack)
 	p.skipSpace()
 	if p.pos < len(p.buf) && p.buf[p.pos] == '}' {
 		p.pos++
-		return row, nil
+		return Row{}, nil
 	}
 	for {
 		p.skipSpace()
 		if p.pos >= len(p.buf) || p.buf[p.pos] != '"' {
 			return nil, p.errorf("want an object key")
 		}
-		k, err := p.str()
+		kb, err := p.str()
 		if err != nil {
 			return nil, err
 		}
+		k := p.key(kb)
 		p.skipSpace()
 		if p.pos >= len(p.buf) || p.buf[p.pos] != ':' {
 			return nil, p.errorf("want ':' after object key")
@@ -356,7 +423,7 @@ func (p *parser) object(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		row = row.Set(k, v)
+		p.setField(base, k, v)
 		p.skipSpace()
 		if p.pos >= len(p.buf) {
 			return nil, p.errorf("unexpected end of input in object")
@@ -366,11 +433,58 @@ func (p *parser) object(depth int) (any, error) {
 			p.pos++
 		case '}':
 			p.pos++
-			return row, nil
+			return p.boxRow(p.finishRow(base)), nil
 		default:
 			return nil, p.errorf("want ',' or '}' in object, got %q", p.buf[p.pos])
 		}
 	}
+}
+
+// setField adds k: v to the object whose fields start at stack[base], replacing an earlier
+// field of the same name. Past 64 fields, duplicates are resolved once in finishRow instead,
+// so hostile input with huge objects cannot make parsing quadratic.
+func (p *parser) setField(base int, k string, v any) {
+	if fields := p.stack[base:]; len(fields) <= 64 {
+		for i := range fields {
+			if fields[i].Name == k {
+				fields[i].Value = v
+				return
+			}
+		}
+	}
+	p.stack = append(p.stack, Field{Name: k, Value: v})
+}
+
+// finishRow moves the fields above base off the stack into a Row cut from the field slab.
+func (p *parser) finishRow(base int) Row {
+	fields := p.stack[base:]
+	if len(fields) > 64 {
+		fields = dedupeFields(fields)
+	}
+	n := len(fields)
+	if cap(p.fieldSlab)-len(p.fieldSlab) < n {
+		p.fieldSlab = make([]Field, 0, max(n, 32, len(p.buf)/32))
+	}
+	start := len(p.fieldSlab)
+	p.fieldSlab = append(p.fieldSlab, fields...)
+	clear(p.stack[base:])
+	p.stack = p.stack[:base]
+	return Row(p.fieldSlab[start : start+n : start+n])
+}
+
+// dedupeFields keeps the last value of each name at the position of its first occurrence.
+func dedupeFields(fields []Field) []Field {
+	first := make(map[string]int, len(fields))
+	out := fields[:0]
+	for _, f := range fields {
+		if i, ok := first[f.Name]; ok {
+			out[i].Value = f.Value
+			continue
+		}
+		first[f.Name] = len(out)
+		out = append(out, f)
+	}
+	return out
 }
 
 func (p *parser) array(depth int) (any, error) {
@@ -404,7 +518,9 @@ func (p *parser) array(depth int) (any, error) {
 	}
 }
 
-func (p *parser) str() (string, error) {
+// str reads a string token and returns its unescaped bytes, valid only until the next call
+// (they alias the input or the parser's scratch buffer).
+func (p *parser) str() ([]byte, error) {
 	p.pos++ // opening quote
 	start := p.pos
 	// fast path: no escapes, valid UTF-8
@@ -416,25 +532,26 @@ func (p *parser) str() (string, error) {
 				break
 			}
 			p.pos++
-			return string(s), nil
+			return s, nil
 		}
 		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
 			break
 		}
 		p.pos++
 	}
-	out := append([]byte(nil), p.buf[start:p.pos]...)
+	out := append(p.scratch[:0], p.buf[start:p.pos]...)
+	defer func() { p.scratch = out[:0] }()
 	for p.pos < len(p.buf) {
 		c := p.buf[p.pos]
 		switch {
 		case c == '"':
 			p.pos++
-			return string(out), nil
+			return out, nil
 		case c < 0x20:
-			return "", p.errorf("control character %#x in string", c)
+			return nil, p.errorf("control character %#x in string", c)
 		case c == '\\':
 			if p.pos+1 >= len(p.buf) {
-				return "", p.errorf("unexpected end of input in string escape")
+				return nil, p.errorf("unexpected end of input in string escape")
 			}
 			e := p.buf[p.pos+1]
 			p.pos += 2
@@ -454,7 +571,7 @@ func (p *parser) str() (string, error) {
 			case 'u':
 				r, err := p.hex4()
 				if err != nil {
-					return "", err
+					return nil, err
 				}
 				if utf16.IsSurrogate(r) {
 					r2 := rune(-1)
@@ -462,7 +579,7 @@ func (p *parser) str() (string, error) {
 						save := p.pos
 						p.pos += 2
 						if r2, err = p.hex4(); err != nil {
-							return "", err
+							return nil, err
 						}
 						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
 							r = dec
@@ -476,7 +593,7 @@ func (p *parser) str() (string, error) {
 				}
 				out = utf8.AppendRune(out, r)
 			default:
-				return "", p.errorf("invalid escape \\%c", e)
+				return nil, p.errorf("invalid escape \\%c", e)
 			}
 		case c < utf8.RuneSelf:
 			out = append(out, c)
@@ -491,7 +608,7 @@ func (p *parser) str() (string, error) {
 			p.pos += size
 		}
 	}
-	return "", p.errorf("unterminated string")
+	return nil, p.errorf("unterminated string")
 }
 
 func (p *parser) hex4() (rune, error) {
@@ -560,10 +677,10 @@ func (p *parser) number() (any, error) {
 			return nil, p.errorf("want digits in exponent")
 		}
 	}
-	text := string(p.buf[start:p.pos])
+	text := unsafe.String(&p.buf[start], p.pos-start) // not retained
 	if isInt {
 		if n, err := strconv.ParseInt(text, 10, 64); err == nil {
-			return n, nil
+			return p.boxInt(n), nil
 		}
 		if text[0] != '-' {
 			if n, err := strconv.ParseUint(text, 10, 64); err == nil {
@@ -573,9 +690,9 @@ func (p *parser) number() (any, error) {
 	}
 	f, err := strconv.ParseFloat(text, 64)
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return nil, p.errorf("invalid number %q", text)
+		return nil, p.errorf("invalid number %q", string(text))
 	}
-	return f, nil
+	return p.boxFloat(f), nil
 }
 
 func typeName(v any) string {
@@ -595,4 +712,67 @@ func typeName(v any) string {
 	default:
 		return fmt.Sprintf("%T", v)
 	}
+}
+
+// Boxing. Storing a string, an int64, a float64 or a Row in an interface normally allocates a
+// copy of it on the heap, one allocation per value: most of the cost of decoding a record.
+// The parser instead copies values into slabs and makes interfaces that point into them, the
+// same shape the runtime itself would build. This is sound because an interface's data word
+// is an ordinary pointer for the garbage collector, and a slab element is never written again
+// after it is boxed (interfaces holding non-pointer types are immutable by the language's
+// rules, and nothing else refers to the slab).
+
+type eface struct{ typ, data unsafe.Pointer }
+
+func typeWord(x any) unsafe.Pointer { return (*eface)(unsafe.Pointer(&x)).typ }
+
+var (
+	typString  = typeWord("")
+	typInt64   = typeWord(int64(0))
+	typFloat64 = typeWord(float64(0))
+	typRow     = typeWord(Row(nil))
+)
+
+func box(typ, data unsafe.Pointer) (v any) {
+	e := (*eface)(unsafe.Pointer(&v))
+	e.typ, e.data = typ, data
+	return v
+}
+
+// slabSize is how many values a new slab holds: enough for a typical record in one allocation.
+func (p *parser) slabSize() int { return min(max(len(p.buf)/24, 8), 1024) }
+
+func (p *parser) boxString(s string) any {
+	if len(p.strs) == cap(p.strs) {
+		p.strs = make([]string, 0, p.slabSize())
+	}
+	p.strs = append(p.strs, s)
+	return box(typString, unsafe.Pointer(&p.strs[len(p.strs)-1]))
+}
+
+func (p *parser) boxInt(n int64) any {
+	if n >= 0 && n < 256 {
+		return n // the runtime boxes small integers without allocating
+	}
+	if len(p.ints) == cap(p.ints) {
+		p.ints = make([]int64, 0, p.slabSize())
+	}
+	p.ints = append(p.ints, n)
+	return box(typInt64, unsafe.Pointer(&p.ints[len(p.ints)-1]))
+}
+
+func (p *parser) boxFloat(f float64) any {
+	if len(p.floats) == cap(p.floats) {
+		p.floats = make([]float64, 0, max(p.slabSize()/4, 4))
+	}
+	p.floats = append(p.floats, f)
+	return box(typFloat64, unsafe.Pointer(&p.floats[len(p.floats)-1]))
+}
+
+func (p *parser) boxRow(r Row) any {
+	if len(p.rows) == cap(p.rows) {
+		p.rows = make([]Row, 0, max(p.slabSize()/8, 4))
+	}
+	p.rows = append(p.rows, r)
+	return box(typRow, unsafe.Pointer(&p.rows[len(p.rows)-1]))
 }

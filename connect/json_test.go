@@ -3,6 +3,8 @@ package connect
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"math"
 	"testing"
 
@@ -165,4 +167,53 @@ func BenchmarkRenderEvent(b *testing.B) {
 		}
 	}
 	b.SetBytes(int64(len(buf)))
+}
+
+// TestParseJSONSurvivesGC checks the slab-boxed values the parser returns stay intact while
+// the garbage collector runs and the parser's inputs are overwritten.
+func TestParseJSONSurvivesGC(t *testing.T) {
+	var want []any
+	var got []any
+	for i := 0; i < 2000; i++ {
+		ev := ChangeEvent{Op: OpUpdate, Before: customer(int64(i)*1000003, fmt.Sprintf("u%d@x.org", i)), After: customer(int64(i), "é\n"), Source: mysqlSource("false", int64(i)<<20, int64(i)), TsMs: int64(i) * 1e12}
+		b, err := ev.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := ParseJSON(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range b {
+			b[j] = 'x' // the result must not alias the input
+		}
+		want = append(want, ev.Row())
+		got = append(got, v)
+		if i%100 == 0 {
+			runtime.GC()
+		}
+	}
+	runtime.GC()
+	for i := range want {
+		if diff := cmp.Diff(want[i], got[i]); diff != "" {
+			t.Fatalf("event %d changed (-want +got):\n%s", i, diff)
+		}
+	}
+}
+
+func TestParseJSONHugeObjectDuplicates(t *testing.T) {
+	var b bytes.Buffer
+	b.WriteString("{")
+	for i := 0; i < 500; i++ {
+		fmt.Fprintf(&b, `"k%d":%d,`, i%100, i)
+	}
+	b.WriteString(`"end":true}`)
+	v, err := ParseJSON(b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := v.(Row)
+	if len(row) != 101 || row[0].Name != "k0" || row[0].Value != int64(400) || row[99].Value != int64(499) || row[100].Name != "end" {
+		t.Fatalf("got %d fields, first %v, last %v", len(row), row[0], row[len(row)-1])
+	}
 }
