@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"math"
+	"runtime"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
