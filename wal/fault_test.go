@@ -153,13 +153,22 @@ func TestReadersNeverSeePastCommitted(t *testing.T) {
 	mustAppend(t, l, "t", 0, []Record{kv("a", "0")}, AppendOptions{})
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
+	var releaseOnce sync.Once
 	fs.SetSyncError(func(name string) error {
 		if strings.HasSuffix(name, ".log") {
-			entered <- struct{}{}
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
 			<-release
 		}
 		return nil
 	})
+	// Runs before the deferred Close, also when the test fails.
+	defer func() {
+		fs.SetSyncError(nil)
+		releaseOnce.Do(func() { close(release) })
+	}()
 	done := make(chan error, 1)
 	go func() {
 		_, err := l.Append(context.Background(), "t", 0, []Record{kv("a", "1")}, AppendOptions{})
@@ -185,7 +194,7 @@ func TestReadersNeverSeePastCommitted(t *testing.T) {
 		t.Fatalf("append returned (%v) before its fsync completed", err)
 	default:
 	}
-	close(release)
+	releaseOnce.Do(func() { close(release) })
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
