@@ -70,6 +70,9 @@ func (s *settings) connectReplication(ctx context.Context) (*pgconn.PgConn, erro
 	for k, v := range sessionParams {
 		cfg.RuntimeParams[k] = v
 	}
+	for k, v := range s.replParams {
+		cfg.RuntimeParams[k] = v
+	}
 	c, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, classifyConnectError(s, err)

@@ -46,6 +46,8 @@ type settings struct {
 	maxBatch, queueSize              int
 	protoVersion                     int
 	spillDir                         string
+	// replParams are extra run-time parameters of the replication connection (tests)
+	replParams map[string]string
 }
 
 func settingsFrom(cfg connect.Config) (*settings, error) {

@@ -300,14 +300,17 @@ func fold(t testing.TB, recs []connect.Record, topic string) map[string]string {
 			if unch, ok := r.Headers.Get(connect.HeaderUnchanged); ok {
 				// partial update: keep the stored values of the unchanged columns
 				old, _ := connect.ParseJSON([]byte(state[k]))
-				after := ev.After.Clone()
+				merged, _ := old.(connect.Row)
+				merged = merged.Clone()
+				for _, f := range ev.After {
+					merged = merged.Set(f.Name, f.Value)
+				}
 				for _, name := range strings.Split(string(unch), ",") {
-					if oldRow, ok := old.(connect.Row); ok {
-						v, _ := oldRow.Get(name)
-						after = after.Set(name, v)
+					if merged.Index(name) < 0 {
+						t.Fatalf("key %s: unchanged column %s has no stored value", k, name)
 					}
 				}
-				state[k] = jsonOf(t, after)
+				state[k] = jsonOf(t, merged)
 				continue
 			}
 			state[k] = jsonOf(t, ev.After)
@@ -393,7 +396,7 @@ func slotLSN(t testing.TB, db *testDB) pglogrepl.LSN {
 func currentLSN(t testing.TB, db *testDB) pglogrepl.LSN {
 	t.Helper()
 	var s string
-	if err := db.conn.QueryRow(testCtx(t), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+	if err := db.conn.QueryRow(testCtx(t), "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 		t.Fatal(err)
 	}
 	lsn, _ := pglogrepl.ParseLSN(s)
@@ -415,4 +418,20 @@ func countOps(t testing.TB, recs []connect.Record, topic string) map[string]int 
 		out[eventOf(t, r).Op.String()]++
 	}
 	return out
+}
+
+// dropSlot drops the test's slot once its walsender has gone.
+func (db *testDB) dropSlot(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := db.conn.Exec(testCtx(t), "SELECT pg_drop_replication_slot($1)", db.slot)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || !strings.Contains(err.Error(), "is active") {
+			t.Fatalf("drop slot %s: %v", db.slot, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

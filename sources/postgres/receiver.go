@@ -36,6 +36,7 @@ type receiver struct {
 	flush    atomic.Uint64 // highest LSN Ack allowed
 	walEnd   atomic.Uint64 // from keepalives: every transaction committed before it was sent
 	received atomic.Uint64 // end of the last WAL data received
+	pinged   atomic.Bool   // the server asked for a reply (it waits for the flush, e.g. to shut down)
 	ackCh    chan struct{}
 
 	wakeMu sync.Mutex
@@ -133,6 +134,7 @@ func (r *receiver) loop(ctx context.Context) error {
 				}
 				r.raiseWALEnd(ka.ServerWALEnd)
 				if ka.ReplyRequested {
+					r.pinged.Store(true)
 					if err := r.status(false); err != nil {
 						return err
 					}

@@ -47,6 +47,10 @@ type snapshotter struct {
 	held    *connect.Record // the last row read, held back until it is known whether it is the last
 	inTx    bool
 	resume  *snapshotPos
+	// qctx bounds the chunk queries, whose rows are read over several Read calls; a Read
+	// whose own context ends while it waits for rows cancels it.
+	qctx   context.Context
+	cancel context.CancelFunc
 }
 
 // snapTable is the table being read.
@@ -123,6 +127,7 @@ func (q *chunkQuery) start(ctx context.Context, c *pgconn.PgConn, lastKey [][]by
 // openSnapshot begins the snapshot transaction on the catalog connection.
 func (s *Source) openSnapshot(ctx context.Context, lsn pglogrepl.LSN, resume *snapshotPos, exported string) (*snapshotter, error) {
 	sn := &snapshotter{s: s, lsn: lsn, started: s.now(), resume: resume}
+	sn.qctx, sn.cancel = context.WithCancel(context.Background())
 	if _, err := s.cat.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"); err != nil {
 		return nil, fmt.Errorf("begin snapshot: %w", err)
 	}
@@ -169,10 +174,11 @@ func (sn *snapshotter) close(ctx context.Context) {
 		_, _ = sn.rr.Close()
 		sn.rr = nil
 	}
-	if sn.inTx && sn.s.cat != nil {
+	if sn.inTx && sn.s.cat != nil && !sn.s.cat.IsClosed() {
 		_, _ = sn.s.cat.Exec(ctx, "ROLLBACK")
 	}
 	sn.inTx = false
+	sn.cancel()
 }
 
 // openTable prepares the next table: its columns, keys and decoders.
@@ -232,6 +238,8 @@ func (s *Source) readSnapshot(ctx context.Context) (connect.Batch, error) {
 		recs = append(recs, *sn.held)
 		sn.held = nil
 	}
+	stop := context.AfterFunc(ctx, sn.cancel)
+	defer stop()
 	finished := false
 	for len(recs) <= s.set.maxBatch && !finished {
 		if err := ctx.Err(); err != nil {
@@ -248,7 +256,7 @@ func (s *Source) readSnapshot(ctx context.Context) (connect.Batch, error) {
 		}
 		cur := sn.cur
 		if sn.rr == nil {
-			sn.rr = cur.chunk.start(ctx, s.cat.PgConn(), cur.lastKey)
+			sn.rr = cur.chunk.start(sn.qctx, s.cat.PgConn(), cur.lastKey)
 			cur.chunkRows = 0
 		}
 		if sn.rr.NextRow() {

@@ -32,6 +32,10 @@ type Source struct {
 	stream  *streamState
 	spill   *spillDir
 	opened  connect.Position // what Open was given
+	lost    error            // the connection was lost with this error; Read reconnects
+	attempt int
+	backoff time.Duration
+	nextTry time.Time
 	emitted connect.Position // the position of the last batch Read returned
 	cur     position         // the newest position the emitted records reach
 	lastOut time.Time        // when the last batch (with or without records) was returned
@@ -308,6 +312,13 @@ func (s *Source) startStream(ctx context.Context, from position) error {
 // Read returns the next batch; see connect.Source.
 func (s *Source) Read(ctx context.Context) (connect.Batch, error) {
 	for {
+		if s.lost != nil {
+			// the connection was lost: start again after the last returned batch; a Read
+			// cancelled while it waits goes on waiting at the next call
+			if err := s.reconnect(ctx); err != nil {
+				return connect.Batch{}, err
+			}
+		}
 		var b connect.Batch
 		var err error
 		switch s.phase {
@@ -334,34 +345,47 @@ func (s *Source) Read(ctx context.Context) (connect.Batch, error) {
 		if connect.IsPermanent(err) {
 			return connect.Batch{}, err
 		}
-		if err := s.reconnect(ctx, err); err != nil {
-			return connect.Batch{}, err
-		}
+		s.lost = err
+		s.attempt, s.backoff = 0, 500*time.Millisecond
+		s.nextTry = time.Now().Add(s.backoff)
+		s.st.connected.Store(false)
+		s.log.Warn("postgres connection lost; reconnecting", "err", err, "position", s.emitted.String())
+		s.teardown(ctx)
 	}
 }
 
-// reconnect tears the connections down and starts again from the last returned batch, with
-// backoff, until it works, ctx ends or a permanent error comes up.
-func (s *Source) reconnect(ctx context.Context, cause error) error {
-	s.st.connected.Store(false)
-	backoff := 500 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		s.log.Warn("postgres connection lost; reconnecting", "err", cause, "attempt", attempt, "backoff", backoff, "position", s.emitted.String())
-		s.teardown(ctx)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
+// reconnect starts again from the last returned batch, with backoff (0.5 s doubling up to
+// 30 s), until it works, ctx ends or a permanent error comes up. The schedule survives a
+// cancelled Read.
+func (s *Source) reconnect(ctx context.Context) error {
+	for {
+		if wait := time.Until(s.nextTry); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
 		}
+		s.attempt++
 		err := s.start(ctx, s.emitted, false)
 		if err == nil {
+			s.lost = nil
+			s.log.Info("postgres connection restored", "attempts", s.attempt, "position", s.emitted.String())
 			return nil
 		}
-		if connect.IsPermanent(err) || ctx.Err() != nil {
+		s.teardown(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if connect.IsPermanent(err) {
 			return err
 		}
-		cause = err
-		backoff = min(2*backoff, 30*time.Second)
+		s.lost = err
+		s.backoff = min(2*s.backoff, 30*time.Second)
+		s.nextTry = time.Now().Add(s.backoff)
+		s.log.Warn("postgres reconnect failed", "err", err, "attempt", s.attempt, "next_in", s.backoff)
 	}
 }
 

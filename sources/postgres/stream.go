@@ -153,9 +153,10 @@ func (s *Source) batch(recs []connect.Record) connect.Batch {
 
 // heartbeatDue reports whether an empty batch should carry a newer position now: the
 // position moved (transactions of tables not captured, the WAL end of an idle server) and
-// the last batch is a status interval old.
+// the last batch is a status interval old, or the server asked for a reply (a server that
+// shuts down waits until the slot has confirmed everything it sent).
 func (s *Source) heartbeatDue() bool {
-	if s.now().Sub(s.lastOut) < s.set.statusInterval {
+	if !s.rcv.pinged.Swap(false) && s.now().Sub(s.lastOut) < s.set.statusInterval {
 		return false
 	}
 	emitted, err := decodePosition(s.emitted)
