@@ -33,6 +33,10 @@ type Stats struct {
 	LastAckedLSN string
 	// ServerWALEnd is the server's WAL position that the stream has caught up with.
 	ServerWALEnd string
+	// StreamedTransactions counts the transactions the server streamed while they ran
+	// (protocol 2), and SpilledBytes what their changes took in spill files.
+	StreamedTransactions int64
+	SpilledBytes         int64
 }
 
 type stats struct {
@@ -45,6 +49,8 @@ type stats struct {
 	slotLag   atomic.Int64
 	acked     atomic.Uint64
 	walEnd    atomic.Uint64
+	streamed  atomic.Int64
+	spilled   atomic.Int64
 
 	mu   sync.Mutex
 	rows map[string]int64
@@ -78,5 +84,7 @@ func (st *stats) snapshot() Stats {
 		SlotLagBytes:                  st.slotLag.Load(),
 		LastAckedLSN:                  pglogrepl.LSN(st.acked.Load()).String(),
 		ServerWALEnd:                  pglogrepl.LSN(st.walEnd.Load()).String(),
+		StreamedTransactions:          st.streamed.Load(),
+		SpilledBytes:                  st.spilled.Load(),
 	}
 }

@@ -203,6 +203,7 @@ func (s *Source) handle(ctx context.Context, m walMsg, recs *[]connect.Record) e
 			if f == nil {
 				return fmt.Errorf("pgoutput: streamed change outside a stream of transaction %d", st.streamXid)
 			}
+			s.st.spilled.Add(int64(spillHeader + len(m.data)))
 			return f.append(m.lsn, xid, m.data)
 		case msgType, msgMessage, msgOrigin:
 			return nil
@@ -245,6 +246,7 @@ func (s *Source) handle(ctx context.Context, m walMsg, recs *[]connect.Record) e
 				return err
 			}
 			st.open[msg.Xid] = f
+			s.st.streamed.Add(1)
 		}
 	case *pglogrepl.StreamStopMessageV2:
 		st.inStream = false
