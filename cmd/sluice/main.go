@@ -30,6 +30,7 @@ import (
 	"github.com/sluice-cdc/sluice/sinks/file"
 	"github.com/sluice-cdc/sluice/sources/datagen"
 	"github.com/sluice-cdc/sluice/sources/mysql"
+	"github.com/sluice-cdc/sluice/sources/postgres"
 	"github.com/sluice-cdc/sluice/transforms"
 	"github.com/sluice-cdc/sluice/wal"
 	"github.com/sluice-cdc/sluice/wal/vfs"
@@ -118,7 +119,7 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func registry() (*connect.Registry, error) {
-	plugins := []connect.Plugin{datagen.Plugin(), file.Plugin(), mysql.Plugin()}
+	plugins := []connect.Plugin{datagen.Plugin(), file.Plugin(), mysql.Plugin(), postgres.Plugin()}
 	plugins = append(plugins, transforms.Plugins()...)
 	return connect.NewRegistry(plugins...)
 }
