@@ -71,7 +71,7 @@ func (p *partition) compact(ctx context.Context) (CompactionStats, error) {
 		p.mu.Unlock()
 		return st, nil
 	}
-	segs, hw, hwPos := p.segs, p.hw, p.hwPos
+	segs, hw, mark := p.segs, p.hw, p.hwMark()
 	now := p.l.now().UnixMilli()
 	lastBatch := make(map[int64]int64, len(p.producers))
 	for id, e := range p.producers {
@@ -108,7 +108,7 @@ func (p *partition) compact(ctx context.Context) (CompactionStats, error) {
 	full := false
 	for i := findSegment(segs, firstDirty); i < len(segs) && !full; i++ {
 		s := segs[i]
-		limit := readLimit(segs, i, hwPos)
+		limit := readLimit(s, mark)
 		err := p.eachBatch(s, floorOffset(s.offIdx, s.base, firstDirty), limit, func(h *batchHeader, b []byte, _ int64) (bool, error) {
 			if h.nextOffset() > hw {
 				return false, nil
@@ -148,8 +148,8 @@ func (p *partition) compact(ctx context.Context) (CompactionStats, error) {
 		if ctx.Err() != nil {
 			return st, ctx.Err()
 		}
-		if s.maxTS >= 0 && now-s.maxTS < minLag {
-			break
+		if s.maxTS >= 0 && now-s.maxTS < minLag || s.next > hw || s.base >= mark.base {
+			break // too young, or not wholly committed
 		}
 		if err := p.rewriteSegment(s, keys, lastBatch, now, &st); err != nil {
 			return st, err

@@ -57,21 +57,30 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions, 
 			}
 			continue
 		}
-		segs, hwPos := p.segs, p.hwPos
+		segs, mark := p.segs, p.hwMark()
 		p.filesMu.RLock()
 		p.mu.Unlock()
-		err := readRecords(segs, hwPos, hw, maxBytes, res)
+		err := readRecords(segs, mark, hw, maxBytes, res)
 		p.filesMu.RUnlock()
 		return err
 	}
 }
 
-// readLimit is how many bytes of segs[i] hold committed batches.
-func readLimit(segs []*segment, i int, hwPos int64) int64 {
-	if i == len(segs)-1 {
-		return hwPos
+// hwMark is where the committed end lies in the files.
+type hwMark struct{ base, pos int64 }
+
+func (p *partition) hwMark() hwMark { return hwMark{p.hwBase, p.hwPos} }
+
+// readLimit is how many bytes of s hold committed batches.
+func readLimit(s *segment, m hwMark) int64 {
+	switch {
+	case s.base == m.base:
+		return m.pos
+	case s.base > m.base:
+		return 0
+	default:
+		return s.size
 	}
-	return segs[i].size
 }
 
 // findSegment returns the index of the segment holding offset.
@@ -86,15 +95,18 @@ func findSegment(segs []*segment, offset int64) int {
 // readRecords decodes committed records from offset on, reading windows of
 // up to maxBytes and moving on while batches emptied by compaction yield
 // nothing. Caller holds filesMu for reading.
-func readRecords(segs []*segment, hwPos, hw int64, maxBytes int, res *FetchResult) error {
+func readRecords(segs []*segment, mark hwMark, hw int64, maxBytes int, res *FetchResult) error {
 	for i := findSegment(segs, res.NextOffset); i < len(segs) && res.NextOffset < hw; i++ {
 		s := segs[i]
-		limit := readLimit(segs, i, hwPos)
+		limit := readLimit(s, mark)
 		pos := floorOffset(s.offIdx, s.base, res.NextOffset)
 		for pos < limit {
 			n, err := readWindow(s, pos, limit, hw, maxBytes, res)
 			if err != nil || len(res.Records) > 0 {
 				return err
+			}
+			if n == 0 {
+				return &CorruptionError{File: s.path, Offset: pos, Reason: "no batch at an indexed position"}
 			}
 			pos += int64(n)
 		}
@@ -183,15 +195,15 @@ func (p *partition) offsetForTime(ts int64) (int64, error) {
 		p.mu.Unlock()
 		return 0, ErrClosed
 	}
-	segs, hw, hwPos := p.segs, p.hw, p.hwPos
+	segs, hw, mark := p.segs, p.hw, p.hwMark()
 	p.filesMu.RLock()
 	p.mu.Unlock()
 	defer p.filesMu.RUnlock()
-	for i, s := range segs {
+	for _, s := range segs {
 		if s.maxTS < ts {
 			continue
 		}
-		limit := readLimit(segs, i, hwPos)
+		limit := readLimit(s, mark)
 		from := floorTime(s.timeIdx, s.base, ts)
 		pos := floorOffset(s.offIdx, s.base, from)
 		r := newSegReader(s.f, limit, 1<<20)

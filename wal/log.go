@@ -540,7 +540,10 @@ func (p *partition) close() error {
 	if p.failed == nil {
 		act := p.active()
 		if err = act.f.Sync(); err == nil {
-			p.advanceHW(p.next, act.size)
+			p.durable = p.written
+			if !p.replicated {
+				p.advanceHW(p.next, act.base, act.size)
+			}
 			err = writeSnapshot(p.fs, p.dir, p.next, p.producers)
 		}
 		if err == nil {

@@ -34,13 +34,24 @@ type partition struct {
 	segs     []*segment // copy on write; the last is active
 	next     int64      // offset after the last written batch
 	hw       int64      // committed end: readers see offsets below it
-	hwPos    int64      // byte position of hw in the active segment
+	hwBase   int64      // base of the segment holding the committed end
+	hwPos    int64      // byte position of the committed end in that segment
+	written  int64      // bytes written by this process, all segments
+	durable  int64      // how many of those are fsynced
 	hwCh     chan struct{}
 	syncing  bool
 	syncDone chan struct{}
 	failed   error
 	closed   bool
 	created  time.Time // when the active segment was opened or created
+
+	// replicated is set once a ReplicaLog owns the partition: appends go
+	// through it and the committed end moves only by ReplicaLog.Commit.
+	replicated  bool
+	lastIndex   uint64 // replication index and term of the last batch
+	lastTerm    uint64
+	indexKnown  bool   // lastIndex and lastTerm are loaded
+	commitIndex uint64
 
 	producers map[int64]*producerEntry
 	// cleanedTo is the offset below which this process has compacted.
@@ -130,7 +141,7 @@ func openPartition(l *Log, topic string, id int32, dir string, cfg TopicConfig) 
 	}
 	act := p.active()
 	p.next = act.next
-	p.hw, p.hwPos = p.next, act.size
+	p.hw, p.hwBase, p.hwPos = p.next, act.base, act.size
 	if err := p.rebuildProducers(snaps); err != nil {
 		p.closeFiles()
 		return nil, err
@@ -408,22 +419,25 @@ func (p *partition) roll() error {
 	copy(segs, p.segs)
 	p.segs = append(segs, seg)
 	p.created = p.l.now()
-	p.advanceHW(p.next, 0)
+	p.durable = p.written
+	if !p.replicated {
+		p.advanceHW(p.next, seg.base, 0)
+	}
 	return nil
 }
 
 // advanceHW moves the committed end forward and wakes long-polls. Caller
 // holds mu.
-func (p *partition) advanceHW(hw, pos int64) {
+func (p *partition) advanceHW(hw, base, pos int64) {
 	if hw < p.hw {
 		return
 	}
 	if hw == p.hw {
-		// Same end, possibly a new active segment after a roll.
-		p.hwPos = pos
+		// Same end, possibly in a new active segment after a roll.
+		p.hwBase, p.hwPos = base, pos
 		return
 	}
-	p.hw, p.hwPos = hw, pos
+	p.hw, p.hwBase, p.hwPos = hw, base, pos
 	close(p.hwCh)
 	p.hwCh = make(chan struct{})
 }
@@ -486,8 +500,10 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 				return AppendResult{}, fmt.Errorf("append to %s: %w", p.name(), err)
 			}
 			if dup != nil {
+				// The original may still be in flight: wait until all
+				// that was written is durable.
 				res := AppendResult{BaseOffset: dup.firstOffset, LastOffset: dup.lastOffset, Duplicate: true, LogAppendTime: msTime(dup.timestamp)}
-				return res, p.waitCommitted(ctx, dup.lastOffset+1) // unlocks
+				return res, p.waitDurable(ctx, p.written) // unlocks
 			}
 		}
 	}
@@ -518,6 +534,7 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 	h.sourcePos = opts.SourcePosition
 	act.noteBatch(&h, pos, p.cfg.IndexIntervalBytes)
 	p.next = h.nextOffset()
+	p.written += int64(len(b))
 	if h.producerID > 0 {
 		if entry == nil {
 			entry = &producerEntry{}
@@ -527,11 +544,12 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 	}
 	res := AppendResult{BaseOffset: h.baseOffset, LastOffset: h.lastOffset(), LogAppendTime: nowT}
 	if p.l.opts.Fsync == UnsafeFsyncNever {
-		p.advanceHW(p.next, act.size)
+		p.durable = p.written
+		p.advanceHW(p.next, act.base, act.size)
 		p.mu.Unlock()
 		return res, nil
 	}
-	return res, p.waitCommitted(ctx, p.next) // unlocks
+	return res, p.waitDurable(ctx, p.written) // unlocks
 }
 
 func (p *partition) writable() error {
@@ -541,13 +559,14 @@ func (p *partition) writable() error {
 	return p.failed
 }
 
-// waitCommitted waits until hw >= target, taking part in group commit: the
-// first waiter to find no fsync in flight runs one for everyone, covering
-// all that was written when it started. Called with mu held; returns with
-// it released.
-func (p *partition) waitCommitted(ctx context.Context, target int64) error {
+// waitDurable waits until the first target bytes written are fsynced,
+// taking part in group commit: the first waiter to find no fsync in flight
+// runs one for everyone, covering all that was written when it started.
+// Unless the partition is replicated, the committed end follows. Called
+// with mu held; returns with it released.
+func (p *partition) waitDurable(ctx context.Context, target int64) error {
 	for {
-		if p.hw >= target {
+		if p.durable >= target {
 			p.mu.Unlock()
 			return nil
 		}
@@ -566,7 +585,7 @@ func (p *partition) waitCommitted(ctx context.Context, target int64) error {
 			p.mu.Lock()
 			continue
 		}
-		act, end, pos := p.active(), p.next, p.active().size
+		act, written, end, pos := p.active(), p.written, p.next, p.active().size
 		p.syncing = true
 		p.syncDone = make(chan struct{})
 		p.filesMu.RLock()
@@ -582,8 +601,10 @@ func (p *partition) waitCommitted(ctx context.Context, target int64) error {
 			p.mu.Unlock()
 			return err
 		}
-		if act == p.active() {
-			p.advanceHW(end, pos)
+		// A roll in between synced everything before it itself.
+		p.durable = max(p.durable, written)
+		if act == p.active() && !p.replicated {
+			p.advanceHW(end, act.base, pos)
 		}
 	}
 }
