@@ -177,17 +177,25 @@
 // One Raft group per partition will use the partition's segments as its
 // Raft log, one batch per entry: the term and index fields of the batch
 // header hold the entry's term and index, so no second copy is written.
-// Leader no-ops and configuration changes are control batches (attribute
-// bit 5): no records, last offset delta -1, so they take no offset and
-// offsets stay dense and identical on every replica. The partition keeps
-// the written end (next) apart from the committed end (hw): today hw moves
-// at fsync; under Raft it moves when the entry commits on a majority, and
-// readers already stop at hw. The storage adapter needs, on top of this
-// package: a lookup of a batch by Raft index (indexes grow with offsets,
-// so a binary search over the segments' last index and the offset index
-// finds it), and a suffix truncation above an index, refused at or below
-// the commit index. Compaction and retention must then also stay below the
-// Raft snapshot index; followers far behind receive sealed segment files.
+// ReplicaLog is that storage: the leader encodes a batch with EncodeBatch
+// (it assigns the offsets) and proposes its bytes; every replica persists
+// the entries Raft hands it with ReplicaLog.Append (verified, dense
+// offsets, consecutive indexes, fsynced before it returns, as Raft's
+// persist-before-send rule needs); ReplicaLog.Batch reads an entry back by
+// index; ReplicaLog.TruncateAfter removes a deposed leader's suffix and
+// refuses (ErrTruncateCommitted) to touch a committed entry;
+// ReplicaLog.Commit moves the committed end, which readers already stop at.
+// The written end and the committed end are kept apart: on one node the
+// committed end follows fsyncs; once a ReplicaLog owns a partition it
+// moves only by Commit. Leader no-ops and configuration changes are control
+// batches (attribute bit 5, EncodeControlBatch): no records, last offset
+// delta -1, payload in the source-position field, so they take no offset
+// and offsets stay dense and identical on every replica. Retention and
+// compaction only touch segments wholly below the committed end.
+// Batch reads the segment holding the entry from its start; replication is
+// expected to keep recent entries in memory. Still to build there: the
+// Raft HardState and snapshot descriptor, idempotent-producer checks at
+// the leader before proposing, and streaming sealed segments to followers.
 //
 // # Limits
 //

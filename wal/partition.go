@@ -50,7 +50,7 @@ type partition struct {
 	replicated  bool
 	lastIndex   uint64 // replication index and term of the last batch
 	lastTerm    uint64
-	indexKnown  bool   // lastIndex and lastTerm are loaded
+	indexKnown  bool // lastIndex and lastTerm are loaded
 	commitIndex uint64
 
 	producers map[int64]*producerEntry
@@ -485,6 +485,10 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 	if err := p.writable(); err != nil {
 		p.mu.Unlock()
 		return AppendResult{}, err
+	}
+	if p.replicated {
+		p.mu.Unlock()
+		return AppendResult{}, fmt.Errorf("append to %s: %w", p.name(), ErrReplicated)
 	}
 	var entry *producerEntry
 	if h.producerID > 0 {

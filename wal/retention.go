@@ -51,6 +51,9 @@ func (p *partition) enforceRetention(now int64) (int, error) {
 	}
 	drop := 0
 	for _, s := range p.segs[:len(p.segs)-1] {
+		if s.next > p.hw || s.base >= p.hwBase {
+			break // holds entries not yet committed (replication)
+		}
 		byTime := p.cfg.Retention >= 0 && now-s.maxTS > p.cfg.Retention.Milliseconds()
 		bySize := p.cfg.RetentionBytes >= 0 && total-s.size >= p.cfg.RetentionBytes
 		if !byTime && !bySize {
