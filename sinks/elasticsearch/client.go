@@ -122,7 +122,7 @@ func (c *client) do(ctx context.Context, method, path string, body []byte) ([]by
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
-		if strings.HasSuffix(path, "_bulk") || strings.Contains(path, "_bulk?") {
+		if strings.HasPrefix(path, "/_bulk") {
 			req.Header.Set("Content-Type", "application/x-ndjson")
 		}
 	}
