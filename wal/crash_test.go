@@ -50,9 +50,20 @@ func crashChildMain() {
 		fmt.Fprintln(os.Stderr, "child create:", err)
 		os.Exit(2)
 	}
+	if err := l.CreateTopic(srcTopic, srcTopicConfig()); err != nil && !strings.Contains(err.Error(), "exists") {
+		fmt.Fprintln(os.Stderr, "child create:", err)
+		os.Exit(2)
+	}
 	var outMu sync.Mutex
 	out := os.Stdout
 	var wg sync.WaitGroup
+	for g := 0; g < srcParts; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sourceTask(l, int32(g), run, &outMu)
+		}()
+	}
 	for g := 0; g < crashAppenders; g++ {
 		wg.Add(1)
 		go func() {
@@ -80,6 +91,84 @@ func crashChildMain() {
 		}()
 	}
 	wg.Wait()
+}
+
+const (
+	srcTopic = "src"
+	srcParts = 2
+)
+
+func srcTopicConfig() TopicConfig {
+	cfg := DefaultTopicConfig()
+	cfg.Partitions = srcParts
+	cfg.SegmentBytes = 16 << 10
+	return cfg
+}
+
+// sourceTask plays a source connector: it numbers its items 0, 1, 2, ...
+// and appends them with the number of the last item as the source
+// position, as an idempotent producer. On start it finds where it stopped
+// by reading its producer state back from the log, so that across kills
+// every item lands exactly once, in order. It prints "src <partition>
+// <last item>" after each acknowledged append.
+func sourceTask(l *Log, part int32, run int, outMu *sync.Mutex) {
+	ctx := context.Background()
+	id, epoch, err := l.InitProducer(ctx, fmt.Sprint("source-", part))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child init producer:", err)
+		os.Exit(3)
+	}
+	next := 0
+	if st, ok := l.ProducerState(srcTopic, part, id); ok {
+		last, err := strconv.Atoi(string(st.SourcePosition))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child: bad source position", st.SourcePosition)
+			os.Exit(3)
+		}
+		next = last + 1
+	}
+	r := rand.New(rand.NewPCG(uint64(run), uint64(100+part)))
+	seq := int32(0)
+	for {
+		n := 1 + r.IntN(8)
+		recs := make([]Record, n)
+		for i := range recs {
+			recs[i] = Record{Key: []byte("item"), Value: fmt.Appendf(nil, "%d", next+i)}
+		}
+		last := next + n - 1
+		opts := AppendOptions{ProducerID: id, ProducerEpoch: epoch, BaseSequence: seq, SourcePosition: fmt.Append(nil, last)}
+		if _, err := l.Append(ctx, srcTopic, part, recs, opts); err != nil {
+			fmt.Fprintln(os.Stderr, "child source append:", err)
+			os.Exit(3)
+		}
+		// A retry of the same batch (as after a lost acknowledgement)
+		// must not add anything.
+		if r.IntN(4) == 0 {
+			if res, err := l.Append(ctx, srcTopic, part, recs, opts); err != nil || !res.Duplicate {
+				fmt.Fprintln(os.Stderr, "child source retry not deduplicated:", res, err)
+				os.Exit(3)
+			}
+		}
+		outMu.Lock()
+		fmt.Printf("src %d %d\n", part, last)
+		outMu.Unlock()
+		seq += int32(n)
+		next = last + 1
+	}
+}
+
+// checkSourcePartition checks that a source task's items are exactly
+// 0..n-1, in order, and include every acknowledged one.
+func checkSourcePartition(t *testing.T, it int, recs []Record, acked int) {
+	t.Helper()
+	for i, r := range recs {
+		if string(r.Value) != strconv.Itoa(i) {
+			t.Fatalf("iteration %d: source item at position %d is %q, want %d (lost or duplicated item)", it, i, r.Value, i)
+		}
+	}
+	if acked >= len(recs) {
+		t.Fatalf("iteration %d: acknowledged source item %d missing (log has %d items)", it, acked, len(recs))
+	}
 }
 
 type ackedBatch struct {
@@ -112,6 +201,10 @@ func TestCrashSIGKILL(t *testing.T) {
 	iters := crashIterations(t)
 	rng := rand.New(rand.NewPCG(42, uint64(time.Now().UnixNano())))
 	var acked []ackedBatch
+	srcAcked := make([]int, srcParts)
+	for i := range srcAcked {
+		srcAcked[i] = -1
+	}
 	prev := make([][]Record, crashParts)
 	for it := 0; it < iters; it++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -146,6 +239,14 @@ func TestCrashSIGKILL(t *testing.T) {
 				if !ok {
 					break collect
 				}
+				if strings.HasPrefix(line, "src ") {
+					var part, last int
+					if _, err := fmt.Sscanf(line, "src %d %d", &part, &last); err != nil {
+						t.Fatalf("bad child line %q", line)
+					}
+					srcAcked[part] = max(srcAcked[part], last)
+					continue
+				}
 				acked = append(acked, parseAck(t, line))
 				started = true
 			case <-kill:
@@ -178,11 +279,19 @@ func TestCrashSIGKILL(t *testing.T) {
 			checkCrashPartition(t, it, p, recs, prev[p], acked)
 			prev[p] = recs
 		}
+		for p := int32(0); p < srcParts; p++ {
+			recs, err := tryReadAll(l, srcTopic, p)
+			if err != nil {
+				l.Close()
+				t.Fatalf("iteration %d: read source partition %d: %v", it, p, err)
+			}
+			checkSourcePartition(t, it, recs, srcAcked[p])
+		}
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("%d kills, %d acknowledged batches verified", iters, len(acked))
+	t.Logf("%d kills, %d acknowledged batches verified; source items acknowledged: %v", iters, len(acked), srcAcked)
 }
 
 func parseAck(t *testing.T, line string) ackedBatch {
