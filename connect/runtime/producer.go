@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/sluice-cdc/sluice/connect"
@@ -29,13 +30,29 @@ type partSeq struct {
 	broken bool // an append failed: what the log holds is unknown until a new epoch
 }
 
-// producerName is the producer name of a connector's tasks.
-func producerName(connector string) string { return "connect-" + connector }
+// producerName is the producer name of a connector's tasks in an offsets generation: a
+// source whose offsets were altered or reset appends under a new producer, so that the records
+// it reads again are not taken for replays of what the old producer appended (the runtime drops
+// a record whose Order is not above the last one its producer stored in the partition).
+// Generation 0 is "connect-<name>"; later ones add "#<generation>" ('#' is not allowed in
+// connector names, so no two connectors share a producer).
+func producerName(connector string, generation int64) string {
+	if generation == 0 {
+		return "connect-" + connector
+	}
+	return "connect-" + connector + "#" + strconv.FormatInt(generation, 10)
+}
 
 func newProducer(ctx context.Context, log Log, connector string) (*producer, error) {
-	id, epoch, err := log.InitProducer(ctx, producerName(connector))
+	return newGenProducer(ctx, log, connector, 0)
+}
+
+// newGenProducer is newProducer for an offsets generation.
+func newGenProducer(ctx context.Context, log Log, connector string, generation int64) (*producer, error) {
+	name := producerName(connector, generation)
+	id, epoch, err := log.InitProducer(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("init producer %s: %w", producerName(connector), err)
+		return nil, fmt.Errorf("init producer %s: %w", name, err)
 	}
 	return &producer{log: log, id: id, epoch: epoch, parts: map[TopicPartition]*partSeq{}}, nil
 }

@@ -60,6 +60,12 @@ type Options struct {
 	// SinkLinger is how long a sink waits for more records when it has fewer than
 	// consumer.override.max.poll.records (default 5ms; negative: not at all).
 	SinkLinger time.Duration
+	// Resolve substitutes the placeholders (${env:...}, ${file:...}) of a configuration that
+	// Restore reads back from the log or that the API submits; nil leaves values as they are.
+	// Its errors name the key and the placeholder, never a value.
+	Resolve func(config map[string]string) (map[string]string, []connect.FieldError)
+	// Observer receives per-batch measurements (for metrics); nil: none.
+	Observer Observer
 }
 
 // Runtime runs connectors as supervised tasks. Build it with New, add connectors, then Run.
@@ -72,6 +78,13 @@ type Runtime struct {
 	mu    sync.Mutex
 	conns map[string]*connector
 	run   *runState // nil while Run is not running
+	// store is where connector states are kept once Restore ran; nil before (nothing is stored).
+	store *configStore
+	// generations of connectors deleted (or not restored), so that a connector created again
+	// under the name continues them.
+	generations map[string]int64
+
+	progress broadcast // signalled when a source appends or a sink commits
 }
 
 type runState struct {
@@ -125,10 +138,11 @@ func New(opts Options) (*Runtime, error) {
 		opts.SinkLinger = 5 * time.Millisecond
 	}
 	return &Runtime{
-		opts:   opts,
-		logger: opts.Logger,
-		topics: newTopics(opts.Log, opts.TopicDefaults),
-		conns:  map[string]*connector{},
+		opts:        opts,
+		logger:      opts.Logger,
+		topics:      newTopics(opts.Log, opts.TopicDefaults),
+		conns:       map[string]*connector{},
+		generations: map[string]int64{},
 	}, nil
 }
 
@@ -147,6 +161,12 @@ type ConnectorSpec struct {
 	// Display is the configuration as written, placeholders unresolved, for status and API
 	// output; nil shows Config with secret values redacted.
 	Display map[string]string
+	// Origin is OriginFile (the default) for a connector of a pipeline file, or OriginAPI.
+	Origin string
+	// Source names where a file connector is defined (the file), for messages.
+	Source string
+	// State is the initial target state: RUNNING (the default), PAUSED or STOPPED.
+	State State
 }
 
 // ConfigError is a connector configuration that failed validation.
@@ -170,44 +190,77 @@ var ErrUnknownConnector = errors.New("unknown connector")
 var ErrConnectorExists = errors.New("connector already exists")
 
 // Add validates spec and adds the connector; it starts at once if Run is running. A
-// *ConfigError lists every problem.
+// *ConfigError lists every problem. Nothing is stored in the log (see Create).
 func (rt *Runtime) Add(spec ConnectorSpec) error {
-	chk, errs := rt.Check(spec.Name, spec.Class, spec.Config)
-	if len(errs) > 0 {
-		return &ConfigError{Connector: spec.Name, Errors: errs}
-	}
-	// What status and API output show: the configuration as written, placeholders kept and
-	// secrets written inline redacted.
-	display := map[string]string{}
-	shown := spec.Display
-	if shown == nil {
-		shown = spec.Config
-	}
-	for k, v := range shown {
-		if chk.Config.Def().IsSecret(k) && !strings.Contains(v, "${") {
-			v = connect.Redacted
-		}
-		display[k] = v
-	}
-	c := &connector{
-		rt:      rt,
-		Checked: chk,
-		display: display,
-		logger:  rt.logger.With("connector", spec.Name, "task", 0),
-		target:  StateRunning,
-		task:    StateUnassigned,
-		gate:    newGate(),
+	c, err := rt.newConnector(spec)
+	if err != nil {
+		return err
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if _, ok := rt.conns[spec.Name]; ok {
 		return fmt.Errorf("add connector %s: %w", spec.Name, ErrConnectorExists)
 	}
+	c.generation = rt.generations[spec.Name]
 	rt.conns[spec.Name] = c
-	if rt.run != nil {
+	if rt.run != nil && c.target != StateStopped {
 		c.start(rt.run)
 	}
 	return nil
+}
+
+// newConnector validates spec and builds its connector, not yet added.
+func (rt *Runtime) newConnector(spec ConnectorSpec) (*connector, error) {
+	chk, errs := rt.Check(spec.Name, spec.Class, spec.Config)
+	if len(errs) > 0 {
+		return nil, &ConfigError{Connector: spec.Name, Errors: errs}
+	}
+	switch spec.State {
+	case "":
+		spec.State = StateRunning
+	case StateRunning, StatePaused, StateStopped:
+	default:
+		return nil, &ConfigError{Connector: spec.Name, Errors: []connect.FieldError{{Key: "initial_state", Message: fmt.Sprintf("must be RUNNING, PAUSED or STOPPED (got %q)", spec.State)}}}
+	}
+	if spec.Origin == "" {
+		spec.Origin = OriginFile
+	}
+	shown := spec.Display
+	if shown == nil {
+		shown = spec.Config
+	}
+	c := &connector{
+		rt:      rt,
+		Checked: chk,
+		class:   spec.Class,
+		display: displayConfig(chk.Config.Def(), shown),
+		written: maps.Clone(shown),
+		origin:  spec.Origin,
+		source:  spec.Source,
+		logger:  rt.logger.With("connector", spec.Name, "task", 0),
+		target:  spec.State,
+		task:    StateUnassigned,
+		gate:    newGate(),
+		hold:    newGate(),
+	}
+	c.gate.set(spec.State == StatePaused)
+	if spec.State == StateStopped {
+		c.task = StateStopped
+	}
+	return c, nil
+}
+
+// displayConfig is what status and API output show of a configuration as written:
+// placeholders kept, secret values written inline redacted.
+func displayConfig(def connect.ConfigDef, written map[string]string) map[string]string {
+	display := make(map[string]string, len(written))
+	for k, v := range written {
+		if def.IsSecret(k) && !strings.Contains(v, "${") {
+			v = connect.Redacted
+		}
+		display[k] = v
+	}
+	return display
 }
 
 // Run starts every connector and supervises them until ctx is cancelled, then stops them
@@ -298,8 +351,8 @@ func (rt *Runtime) Pause(name string) error {
 		return err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.target == StateStopped {
+		c.mu.Unlock()
 		return nil
 	}
 	c.target = StatePaused
@@ -307,8 +360,9 @@ func (rt *Runtime) Pause(name string) error {
 	if c.task == StateRunning {
 		c.task = StatePaused
 	}
+	c.mu.Unlock()
 	c.logger.Info("connector paused")
-	return nil
+	return rt.persistSoon(c)
 }
 
 // Resume undoes Pause, and starts a stopped connector again.
@@ -321,18 +375,24 @@ func (rt *Runtime) Resume(name string) error {
 	rs := rt.run
 	rt.mu.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	prev := c.target
 	c.target = StateRunning
 	c.gate.set(false)
 	if c.task == StatePaused {
 		c.task = StateRunning
 	}
-	if prev == StateStopped && rs != nil && c.done == nil {
-		c.startLocked(rs)
+	if prev == StateStopped {
+		c.task = StateUnassigned
+		if rs != nil && c.done == nil {
+			c.startLocked(rs)
+		}
 	}
+	c.mu.Unlock()
 	c.logger.Info("connector resumed")
-	return nil
+	if prev == StateRunning {
+		return nil
+	}
+	return rt.persistSoon(c)
 }
 
 // Stop shuts a connector's task down gracefully and keeps it STOPPED until Resume or
@@ -342,8 +402,11 @@ func (rt *Runtime) Stop(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	c.ops.Lock()
+	defer c.ops.Unlock()
 	c.mu.Lock()
 	c.target = StateStopped
+	c.gate.set(false)
 	c.mu.Unlock()
 	if err := c.halt(ctx); err != nil {
 		return err
@@ -353,7 +416,7 @@ func (rt *Runtime) Stop(ctx context.Context, name string) error {
 	c.trace = ""
 	c.mu.Unlock()
 	c.logger.Info("connector stopped")
-	return nil
+	return rt.persist(ctx, c)
 }
 
 // Restart stops the connector's task and starts it again (the connector keeps a PAUSED
@@ -364,6 +427,8 @@ func (rt *Runtime) Restart(ctx context.Context, name string, onlyFailed bool) er
 	if err != nil {
 		return err
 	}
+	c.ops.Lock()
+	defer c.ops.Unlock()
 	c.mu.Lock()
 	failed := c.task == StateFailed
 	c.mu.Unlock()
@@ -377,8 +442,8 @@ func (rt *Runtime) Restart(ctx context.Context, name string, onlyFailed bool) er
 	rs := rt.run
 	rt.mu.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.target == StateStopped {
+	wasStopped := c.target == StateStopped
+	if wasStopped {
 		c.target = StateRunning
 	}
 	c.trace = ""
@@ -387,7 +452,11 @@ func (rt *Runtime) Restart(ctx context.Context, name string, onlyFailed bool) er
 	} else {
 		c.task = StateUnassigned
 	}
+	c.mu.Unlock()
 	c.logger.Info("connector restarted")
+	if wasStopped {
+		return rt.persist(ctx, c)
+	}
 	return nil
 }
 
@@ -397,14 +466,28 @@ func (rt *Runtime) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	c.ops.Lock()
+	defer c.ops.Unlock()
 	c.mu.Lock()
 	c.target = StateStopped
+	c.gate.set(false)
 	c.mu.Unlock()
 	if err := c.halt(ctx); err != nil {
 		return err
 	}
+	c.mu.Lock()
+	gen := c.generation
+	c.mu.Unlock()
+	if rt.store != nil {
+		if err := rt.store.put(ctx, &storedConnector{Name: name, Deleted: true, Generation: gen}); err != nil {
+			return err
+		}
+	}
 	rt.mu.Lock()
-	delete(rt.conns, name)
+	if rt.conns[name] == c {
+		delete(rt.conns, name)
+	}
+	rt.generations[name] = gen
 	rt.mu.Unlock()
 	c.logger.Info("connector deleted")
 	return nil
@@ -457,6 +540,11 @@ func (rt *Runtime) Config(name string) (class string, config map[string]string, 
 	if err != nil {
 		return "", nil, err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.Plugin.Name == "" {
+		return c.class, maps.Clone(c.display), nil
+	}
 	return c.Plugin.Class(), maps.Clone(c.display), nil
 }
 
@@ -477,16 +565,30 @@ func (rt *Runtime) SourceOffset(ctx context.Context, name string) (connect.Posit
 type connector struct {
 	rt *Runtime
 	Checked
-	display map[string]string
+	class   string            // as given in the spec (it may be empty: connector.class then)
+	display map[string]string // as written, secrets written inline redacted
+	written map[string]string // as written (stored in the log for API connectors)
+	origin  string            // OriginFile or OriginAPI
+	source  string            // the file of a file connector
+	broken  error             // a stored connector that cannot be restored: its task fails at once
 	logger  *slog.Logger
-	gate    *gate
+	gate    *gate // closed while the user paused the connector
+	hold    *gate // closed while a rebuild holds the sink between batches
 
-	mu     sync.Mutex
-	target State // what the user asked: RUNNING, PAUSED or STOPPED
-	task   State
-	trace  string
-	cancel context.CancelFunc // stops the supervisor; nil when none runs
-	done   chan struct{}      // closed when the supervisor has exited
+	ops sync.Mutex // serializes management operations (restart, stop, update, offsets, rebuild)
+
+	mu         sync.Mutex
+	target     State // what the user asked: RUNNING, PAUSED or STOPPED
+	task       State
+	trace      string
+	cancel     context.CancelFunc // stops the supervisor; nil when none runs
+	done       chan struct{}      // closed when the supervisor has exited
+	generation int64              // offsets generation of a source (see producerName)
+	instance   any                // the running task's plugin instance; nil when none
+	producerID int64              // of the running source task; 0 when none
+	appended   connect.Position   // source: end position of the newest batch appended since the task started
+	active     map[string]bool    // topics the connector used since it was added or reset
+	rebuild    *RebuildStatus     // the newest rebuild of a sink; nil if none
 
 	restarts, records, rejected, replayed, progress atomic.Int64
 }
@@ -592,6 +694,10 @@ func (c *connector) status(worker string) Status {
 // supervise runs the task until ctx is cancelled or it fails permanently, restarting it after
 // retriable errors with exponential backoff.
 func (c *connector) supervise(ctx, force context.Context) {
+	if c.broken != nil {
+		c.fail(c.broken, "fix the configuration with PUT /connectors/"+c.Name+"/config, or delete the connector")
+		return
+	}
 	initial := c.rt.opts.InitialBackoff
 	maxDelay := c.Config.Millis(KeyRetryDelayMax)
 	timeout := c.Config.Int(KeyRetryTimeout)
@@ -648,6 +754,9 @@ func (c *connector) fail(err error, fix string) {
 }
 
 func (c *connector) runTask(ctx, force context.Context) error {
+	if c.broken != nil {
+		return c.broken
+	}
 	switch c.Plugin.Kind {
 	case connect.KindSource:
 		return c.runSource(ctx, force)
@@ -662,10 +771,12 @@ type gate struct {
 	mu     sync.Mutex
 	paused bool
 	open   chan struct{} // closed while not paused
+	parked chan struct{} // closed once a task waits at the gate while paused
+	isPark bool          // parked is closed
 }
 
 func newGate() *gate {
-	g := &gate{open: make(chan struct{})}
+	g := &gate{open: make(chan struct{}), parked: make(chan struct{})}
 	close(g.open)
 	return g
 }
@@ -679,6 +790,7 @@ func (g *gate) set(paused bool) {
 	g.paused = paused
 	if paused {
 		g.open = make(chan struct{})
+		g.parked, g.isPark = make(chan struct{}), false
 	} else {
 		close(g.open)
 	}
@@ -688,6 +800,10 @@ func (g *gate) set(paused bool) {
 func (g *gate) wait(ctx context.Context) error {
 	g.mu.Lock()
 	open := g.open
+	if g.paused && !g.isPark {
+		close(g.parked)
+		g.isPark = true
+	}
 	g.mu.Unlock()
 	select {
 	case <-open:
@@ -695,4 +811,12 @@ func (g *gate) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// parkedAt returns a channel closed once a task waits at the closed gate, and whether the gate
+// is closed at all.
+func (g *gate) parkedAt() (<-chan struct{}, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.parked, g.paused
 }

@@ -79,6 +79,8 @@ func (c *connector) runSink(ctx, force context.Context) error {
 			c.logger.Warn("close sink", "err", cerr)
 		}
 	}()
+	c.setLive(sink, 0, connect.Position{})
+	defer c.setLive(nil, 0, connect.Position{})
 	if err := sink.Open(ctx); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -131,8 +133,11 @@ func (t *sinkTask) run(ctx, force context.Context) error {
 }
 
 // matcher returns which topics the connector consumes.
-func (t *sinkTask) matcher() func(string) bool {
-	if re := t.c.Config.String(KeyTopicsRegex); re != "" {
+func (t *sinkTask) matcher() func(string) bool { return t.c.topicMatcher() }
+
+// topicMatcher returns which topics a sink connector consumes.
+func (c *connector) topicMatcher() func(string) bool {
+	if re := c.Config.String(KeyTopicsRegex); re != "" {
 		rx := regexp.MustCompile("^(?:" + re + ")$")
 		internalOK := strings.HasPrefix(re, "__")
 		return func(name string) bool {
@@ -140,7 +145,7 @@ func (t *sinkTask) matcher() func(string) bool {
 		}
 	}
 	want := map[string]bool{}
-	for _, name := range t.c.Config.List(KeyTopics) {
+	for _, name := range c.Config.List(KeyTopics) {
 		want[name] = true
 	}
 	return func(name string) bool { return want[name] }
@@ -167,10 +172,11 @@ func (t *sinkTask) assign(ctx context.Context, g *errgroup.Group, committed map[
 				return fmt.Errorf("assign topic %s: %w", name, err)
 			}
 			assigned[name] = true
+			t.c.useTopic(name)
 			for p := range n {
 				tp := TopicPartition{Topic: name, Partition: p}
 				off, ok := committed[tp]
-				if !ok {
+				if !ok || off < 0 { // none, or reset (see ResetOffsets)
 					start, err := t.log.EarliestOffset(name, p)
 					if err != nil {
 						return fmt.Errorf("assign %s-%d: %w", name, p, err)
@@ -265,6 +271,9 @@ func (t *sinkTask) write(fetchCtx, ctx context.Context, in <-chan *chunk) error 
 		if err := t.c.gate.wait(fetchCtx); err != nil {
 			return nil
 		}
+		if err := t.c.hold.wait(fetchCtx); err != nil {
+			return nil
+		}
 		if len(pending) == 0 {
 			select {
 			case c := <-in:
@@ -330,6 +339,9 @@ func (t *sinkTask) writeBatch(ctx context.Context, pending []*chunk) ([]*chunk, 
 			return pending, ctx.Err()
 		}
 		k := min(len(c.recs), t.max-taken)
+		if k > 0 {
+			t.c.useTopic(c.tp.Topic)
+		}
 		for i := range k {
 			lr, d := &c.recs[i], &c.out[i]
 			taken++
@@ -354,7 +366,11 @@ func (t *sinkTask) writeBatch(ctx context.Context, pending []*chunk) ([]*chunk, 
 		}
 	}
 	if len(t.out) > 0 {
+		began := time.Now()
 		err := t.sink.Write(ctx, t.out)
+		if obs := t.c.rt.opts.Observer; obs != nil {
+			obs.SinkBatch(t.c.Name, len(t.out), time.Since(began), err)
+		}
 		var we *connect.WriteError
 		switch {
 		case err == nil:
@@ -386,6 +402,7 @@ func (t *sinkTask) writeBatch(ctx context.Context, pending []*chunk) ([]*chunk, 
 	}
 	t.c.records.Add(int64(len(t.out)))
 	t.c.progress.Add(1)
+	t.c.rt.progress.signal()
 	// Drop references to written records so their values can be collected.
 	clear(t.out)
 	clear(t.origin)

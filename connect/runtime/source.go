@@ -90,14 +90,18 @@ type sourceTask struct {
 	spec   TopicSpec // of the topics this connector creates
 
 	// Reader-only state.
-	floor   map[TopicPartition][]byte // Order of the last record stored per partition
-	skipped int64                     // replayed records dropped since the start
-	resumed bool                      // a record above the floor was routed
+	floor     map[TopicPartition][]byte // Order of the last record stored per partition
+	skipped   int64                     // replayed records dropped since the start
+	resumed   bool                      // a record above the floor was routed
+	lastTopic string                    // of the last routed record (active topics)
 }
 
 func (c *connector) runSource(ctx, force context.Context) error {
 	log := c.rt.opts.Log
-	prod, err := newProducer(force, log, c.Name)
+	c.mu.Lock()
+	gen := c.generation
+	c.mu.Unlock()
+	prod, err := newGenProducer(force, log, c.Name, gen)
 	if err != nil {
 		return err
 	}
@@ -120,7 +124,9 @@ func (c *connector) runSource(ctx, force context.Context) error {
 		policy: newErrorPolicy(c.Name, c.Config, c.logger, &c.rejected),
 		floor:  map[TopicPartition][]byte{},
 	}
+	c.setLive(src, prod.id, committed)
 	defer func() {
+		c.setLive(nil, 0, connect.Position{})
 		if cerr := src.Close(context.WithoutCancel(force)); cerr != nil {
 			c.logger.Warn("close source", "err", cerr)
 		}
@@ -238,6 +244,10 @@ func (t *sourceTask) add(b *sourceBatch, r *connect.Record) error {
 	n, err := t.c.rt.topics.partitions(r.Topic, t.spec)
 	if err != nil {
 		return err
+	}
+	if r.Topic != t.lastTopic {
+		t.lastTopic = r.Topic
+		t.c.useTopic(r.Topic)
 	}
 	key, err := b.arena.encodeKey(r.Key)
 	if err != nil {
@@ -371,9 +381,11 @@ func (t *sourceTask) appendLoop(ctx context.Context, free chan<- *sourceBatch, i
 		free <- b
 		if !pos.IsZero() {
 			slot.offer(pos)
+			t.c.setAppended(pos)
 		} else if b.records > 0 {
 			t.c.progress.Add(1)
 		}
+		t.c.rt.progress.signal()
 	}
 	return nil
 }

@@ -1,0 +1,531 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/connect/runtime"
+	"github.com/sluice-cdc/sluice/connect/runtime/runtimetest"
+)
+
+// countRecords returns how many records the topics of a datagen connector with prefix hold.
+func countRecords(t *testing.T, log runtime.Log, prefix string) int {
+	t.Helper()
+	n := 0
+	for _, topic := range log.Topics() {
+		if strings.HasPrefix(topic, prefix+".") {
+			n += len(readAll(t, log, topic))
+		}
+	}
+	return n
+}
+
+// Connectors created through the API survive a restart of the runtime with their
+// configuration, target state and offsets; file connectors keep their state too, with the
+// file's configuration.
+func TestRestoreAfterRestart(t *testing.T) {
+	log := runtimetest.NewLog()
+	ctx := t.Context()
+	h := newHarness(t, log, newRegistry(t), nil)
+	h.add("filegen", "datagen", datagenConfig(0, 10, 10, "datagen.rate", "500", "topic.prefix", "f"))
+	if err := h.rt.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Create(ctx, runtime.ConnectorSpec{Name: "apigen", Config: datagenConfig(30, 10, 10, "connector.class", "datagen", "topic.prefix", "a")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Create(ctx, runtime.ConnectorSpec{Name: "idle", Class: "datagen", Config: datagenConfig(5, 5, 5, "topic.prefix", "i"), State: runtime.StateStopped}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Create(ctx, runtime.ConnectorSpec{Name: "idle", Class: "datagen", Config: datagenConfig(5, 5, 5)}); !errors.Is(err, runtime.ErrConnectorExists) {
+		t.Fatalf("second Create: %v, want ErrConnectorExists", err)
+	}
+	h.start()
+	waitFor(t, "apigen's 30 events", func() bool { return countRecords(t, log, "a") >= 30 })
+	if err := h.rt.Pause("filegen"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.rt.Put(ctx, runtime.ConnectorSpec{Name: "filegen", Class: "datagen", Config: datagenConfig(0, 1, 1)}); !errors.Is(err, runtime.ErrDefinedInFile) {
+		t.Fatalf("Put of a file connector: %v, want ErrDefinedInFile", err)
+	}
+	h.stop()
+	apiOffset, err := h.rt.SourceOffset(ctx, "apigen")
+	if err != nil || apiOffset.IsZero() {
+		t.Fatalf("apigen's offset %v, %v", apiOffset, err)
+	}
+
+	// A new runtime over the same log: the file connector is added from the "file" again.
+	h2 := newHarness(t, log, newRegistry(t), nil)
+	h2.add("filegen", "datagen", datagenConfig(0, 10, 10, "datagen.rate", "500", "topic.prefix", "f"))
+	if err := h2.rt.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"apigen", "filegen", "idle"}, h2.rt.Names()); diff != "" {
+		t.Fatalf("connectors after restart (-want +got):\n%s", diff)
+	}
+	states := map[string]runtime.State{}
+	for _, n := range h2.rt.Names() {
+		st, _ := h2.rt.Status(n)
+		states[n] = st.Connector.State
+	}
+	want := map[string]runtime.State{"apigen": runtime.StateUnassigned, "filegen": runtime.StatePaused, "idle": runtime.StateStopped}
+	if diff := cmp.Diff(want, states); diff != "" {
+		t.Fatalf("states after restart (-want +got):\n%s", diff)
+	}
+	class, cfg, err := h2.rt.Config("apigen")
+	if err != nil || class != "datagen" || cfg["datagen.max.events"] != "30" {
+		t.Fatalf("apigen config after restart: %s %v %v", class, cfg, err)
+	}
+	if got, _ := h2.rt.SourceOffset(ctx, "apigen"); got.Compare(apiOffset) != 0 {
+		t.Fatalf("apigen offset after restart %v, want %v", got, apiOffset)
+	}
+	h2.start()
+	h2.waitState("apigen", runtime.StateRunning)
+	time.Sleep(100 * time.Millisecond)
+	if n := countRecords(t, log, "a"); n != 30 {
+		t.Fatalf("apigen's topics hold %d records after the restart, want 30 (it resumed at its offset)", n)
+	}
+	// Delete is stored too.
+	if err := h2.rt.Delete(ctx, "idle"); err != nil {
+		t.Fatal(err)
+	}
+	h2.stop()
+	h3 := newHarness(t, log, newRegistry(t), nil)
+	if err := h3.rt.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"apigen"}, h3.rt.Names()); diff != "" {
+		t.Fatalf("connectors after delete and restart, without the file (-want +got):\n%s", diff)
+	}
+}
+
+// A stored connector whose configuration no longer resolves is restored FAILED with the
+// reason, and can be fixed with Put.
+func TestRestoreBrokenConnector(t *testing.T) {
+	log := runtimetest.NewLog()
+	ctx := t.Context()
+	env := map[string]string{"KEYS": "10"}
+	resolve := func(cfg map[string]string) (map[string]string, []connect.FieldError) {
+		out := map[string]string{}
+		var errs []connect.FieldError
+		for k, v := range cfg {
+			if v == "${env:KEYS}" {
+				x, ok := env["KEYS"]
+				if !ok {
+					errs = append(errs, connect.FieldError{Key: k, Message: "environment variable KEYS is not set (from ${env:KEYS})"})
+				}
+				v = x
+			}
+			out[k] = v
+		}
+		return out, errs
+	}
+	h := newHarness(t, log, newRegistry(t), func(o *runtime.Options) { o.Resolve = resolve })
+	if err := h.rt.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := datagenConfig(5, 5, 5, "datagen.keys", "${env:KEYS}")
+	if err := h.rt.Create(ctx, runtime.ConnectorSpec{Name: "g", Class: "datagen", Config: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, c, _ := h.rt.Config("g"); c["datagen.keys"] != "${env:KEYS}" {
+		t.Fatalf("config shows %q, want the placeholder", c["datagen.keys"])
+	}
+	delete(env, "KEYS")
+	h2 := newHarness(t, log, newRegistry(t), func(o *runtime.Options) { o.Resolve = resolve })
+	if err := h2.rt.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h2.start()
+	st := h2.waitState("g", runtime.StateFailed)
+	if !strings.Contains(st.Tasks[0].Trace, "environment variable KEYS is not set") {
+		t.Fatalf("trace %q does not name the missing variable", st.Tasks[0].Trace)
+	}
+	if _, err := h2.rt.Put(ctx, runtime.ConnectorSpec{Name: "g", Class: "datagen", Config: datagenConfig(5, 5, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	h2.waitState("g", runtime.StateRunning)
+}
+
+// After a reset or an alteration of a stopped source's offset, the records it reads again are
+// appended, not dropped as replays.
+func TestAlterAndResetSourceOffset(t *testing.T) {
+	log := runtimetest.NewLog()
+	ctx := t.Context()
+	h := newHarness(t, log, newRegistry(t), nil)
+	if err := h.rt.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := datagenConfig(40, 10, 10)
+	h.add("gen", "datagen", cfg)
+	s := settings(t, cfg)
+	records := func(from, to int64) int {
+		n := 0
+		for i := from; i < to; i++ {
+			n += len(s.Records(i))
+		}
+		return n
+	}
+	all := records(0, 40)
+	h.start()
+	waitFor(t, "40 events", func() bool { return countRecords(t, log, "gen") >= all })
+	if err := h.rt.ResetSourceOffset(ctx, "gen"); !errors.Is(err, runtime.ErrNotStopped) {
+		t.Fatalf("reset while running: %v, want ErrNotStopped", err)
+	}
+	if err := h.rt.Stop(ctx, "gen"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.ResetSourceOffset(ctx, "gen"); err != nil {
+		t.Fatal(err)
+	}
+	if pos, _ := h.rt.SourceOffset(ctx, "gen"); !pos.IsZero() {
+		t.Fatalf("offset after reset %v, want none", pos)
+	}
+	if err := h.rt.Resume("gen"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the 40 events again", func() bool { return countRecords(t, log, "gen") >= 2*all })
+	if err := h.rt.Stop(ctx, "gen"); err != nil {
+		t.Fatal(err)
+	}
+	state, errs := runtime.SourceOffsetState("datagen", json.RawMessage(`{"v":1,"next":30}`), nil)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if err := h.rt.AlterSourceOffset(ctx, "gen", connect.Position{State: state}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Resume("gen"); err != nil {
+		t.Fatal(err)
+	}
+	want := 2*all + records(30, 40)
+	waitFor(t, "events 30..39 again", func() bool { return countRecords(t, log, "gen") >= want })
+	time.Sleep(100 * time.Millisecond)
+	if n := countRecords(t, log, "gen"); n != want {
+		t.Fatalf("%d records, want %d", n, want)
+	}
+	// A restart of the task in the new generation still drops its replays.
+	if err := h.rt.Restart(ctx, "gen", false); err != nil {
+		t.Fatal(err)
+	}
+	h.waitState("gen", runtime.StateRunning)
+	time.Sleep(100 * time.Millisecond)
+	if n := countRecords(t, log, "gen"); n != want {
+		t.Fatalf("%d records after a restart, want %d", n, want)
+	}
+}
+
+func TestSourceOffsetState(t *testing.T) {
+	for _, tc := range []struct {
+		plugin, offset, current, want, err string
+	}{
+		{plugin: "mysql", offset: `{"file":"mariadb-bin.000003","pos":1234}`, current: `{"v":1,"epoch":2,"file":"x.000001","pos":4}`,
+			want: `{"v":1,"epoch":2,"file":"mariadb-bin.000003","pos":1234}`},
+		{plugin: "mysql", offset: `{"file":"mariadb-bin.000003","pos":1234,"gtids":"0-1-5","ts_sec":1}`, want: `{"v":1,"epoch":0,"file":"mariadb-bin.000003","pos":1234}`},
+		{plugin: "mysql", offset: `{"v":1,"epoch":0,"file":"mariadb-bin.000003","pos":1234,"row":2}`, want: `{"epoch":0,"file":"mariadb-bin.000003","pos":1234,"row":2,"v":1}`},
+		{plugin: "mysql", offset: `{"file":"mariadb-bin","pos":1234}`, err: `offset.file: must be a binlog file name ending in a number, e.g. "mariadb-bin.000003" (got "mariadb-bin")`},
+		{plugin: "mysql", offset: `{"file":"mariadb-bin.000003","pos":-1}`, err: `offset.pos: must be a non-negative integer (got -1)`},
+		{plugin: "mysql", offset: `{"file":"mariadb-bin.000003"}`, err: `offset.pos: is required (a binlog position, at least 4)`},
+		{plugin: "mysql", offset: `{"file":"mariadb-bin.000003","poss":4}`, err: `offset.poss: unknown field; did you mean "pos"?`},
+		{plugin: "postgres", offset: `{"lsn":23803720}`, want: `{"v":1,"epoch":0,"lsn":"0/16B3748","change":0,"record":0,"end":"0/16B3748"}`},
+		{plugin: "postgres", offset: `{"lsn":"0/16B3748","txId":5}`, want: `{"v":1,"epoch":0,"lsn":"0/16B3748","change":0,"record":0,"end":"0/16B3748"}`},
+		{plugin: "postgres", offset: `{"lsn":"16B3748"}`, err: `offset.lsn: must be a non-negative integer or an LSN like "0/16B3748" (got "16B3748")`},
+		{plugin: "postgres", offset: `{"v":1,"epoch":0,"lsn":"0/1","change":3,"record":1}`, want: `{"change":3,"epoch":0,"lsn":"0/1","record":1,"v":1}`},
+		{plugin: "postgres", offset: `{"v":2,"lsn":"0/1"}`, err: `offset.v: must be 1 (got 2)`},
+		{plugin: "datagen", offset: `{"v":1,"next":7}`, want: `{"v":1,"next":7}`},
+		{plugin: "datagen", offset: `{"v":1}`, err: `offset.next: is required: the number of the next event, at least 0`},
+		{plugin: "other", offset: `{"anything":[1]}`, want: `{"anything":[1]}`},
+		{plugin: "other", offset: `[1]`, err: `offset: must be a JSON object (the source's position)`},
+	} {
+		t.Run(tc.plugin+" "+tc.offset, func(t *testing.T) {
+			got, errs := runtime.SourceOffsetState(tc.plugin, json.RawMessage(tc.offset), []byte(tc.current))
+			if tc.err != "" {
+				if len(errs) != 1 || errs[0].Error() != tc.err {
+					t.Fatalf("errors %v, want %q", errs, tc.err)
+				}
+				return
+			}
+			if len(errs) > 0 || string(got) != tc.want {
+				t.Fatalf("got %s %v, want %s", got, errs, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseWaitTarget(t *testing.T) {
+	for _, tc := range []struct {
+		plugin, target, state string
+		passed                bool
+	}{
+		{"mysql", "mariadb-bin.000003:1234", `{"v":1,"epoch":0,"file":"mariadb-bin.000003","pos":1234}`, true},
+		{"mysql", "mariadb-bin.000003:1234", `{"v":1,"epoch":0,"file":"mariadb-bin.000003","pos":1000,"row":5}`, false},
+		{"mysql", "mariadb-bin.000003:1234", `{"v":1,"epoch":0,"file":"mariadb-bin.000004","pos":4}`, true},
+		{"mysql", "mariadb-bin.000003:1234", `{"v":1,"epoch":0,"snapshot":{"tables":[]}}`, false},
+		{"postgres", "0/16B3748", `{"v":1,"epoch":0,"lsn":"0/16B3700","change":2,"record":0,"end":"0/16B3750"}`, true},
+		{"postgres", "0/16B3748", `{"v":1,"epoch":0,"lsn":"0/16B3700","change":2,"record":0}`, false},
+		{"postgres", "0/16B3748", `{"v":1,"epoch":0,"lsn":"0/16B3748","change":0,"record":0,"end":"0/16B3748"}`, true},
+		{"datagen", "42", `{"v":1,"next":42}`, true},
+		{"datagen", "42", `{"v":1,"next":41}`, false},
+	} {
+		t.Run(tc.plugin+" "+tc.target+" "+tc.state, func(t *testing.T) {
+			passed, err := runtime.ParseWaitTarget(tc.plugin, tc.target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := passed(connect.Position{State: []byte(tc.state)}); got != tc.passed {
+				t.Fatalf("passed = %v, want %v", got, tc.passed)
+			}
+		})
+	}
+	if _, err := runtime.ParseWaitTarget("postgres", "mariadb-bin.000003:4"); err == nil || !strings.Contains(err.Error(), `a postgres position looks like "0/16B3748"`) {
+		t.Fatalf("a MySQL position for postgres: %v", err)
+	}
+}
+
+// Sink offsets: reset makes the sink read its topics again from the start; an alteration
+// outside a partition is refused.
+func TestSinkOffsets(t *testing.T) {
+	log := runtimetest.NewLog()
+	ctx := t.Context()
+	sink := runtimetest.NewSink()
+	h := newHarness(t, log, newRegistry(t, sink.Plugin("mem")), nil)
+	h.add("gen", "datagen", datagenConfig(20, 5, 10, "datagen.tables", "customers"))
+	h.add("out", "mem", map[string]string{"topics": "gen.inventory.customers"})
+	h.start()
+	waitFor(t, "20 events in the sink", func() bool {
+		n := len(sink.Records())
+		return n >= 20 && n == countRecords(t, log, "gen")
+	})
+	total := int64(len(sink.Records()))
+	tp := runtime.TopicPartition{Topic: "gen.inventory.customers", Partition: 0}
+	waitFor(t, "the sink's commit", func() bool {
+		offs, err := h.rt.SinkOffsets("out")
+		return err == nil && offs[tp] == total
+	})
+	if err := h.rt.ResetSinkOffsets(ctx, "out"); !errors.Is(err, runtime.ErrNotStopped) {
+		t.Fatalf("reset while running: %v", err)
+	}
+	if err := h.rt.Stop(ctx, "out"); err != nil {
+		t.Fatal(err)
+	}
+	var soe *runtime.SinkOffsetError
+	if err := h.rt.AlterSinkOffsets(ctx, "out", map[runtime.TopicPartition]int64{tp: total + 1}); !errors.As(err, &soe) {
+		t.Fatalf("offset past the end: %v, want a SinkOffsetError", err)
+	}
+	if err := h.rt.AlterSinkOffsets(ctx, "out", map[runtime.TopicPartition]int64{{Topic: "gen.inventory.customers", Partition: 3}: 0}); !errors.As(err, &soe) {
+		t.Fatalf("missing partition: %v, want a SinkOffsetError", err)
+	}
+	if err := h.rt.AlterSinkOffsets(ctx, "out", map[runtime.TopicPartition]int64{tp: total - 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.Resume("out"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the last 5 records again", func() bool { return int64(len(sink.Records())) >= total+5 })
+	if err := h.rt.Stop(ctx, "out"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.rt.ResetSinkOffsets(ctx, "out"); err != nil {
+		t.Fatal(err)
+	}
+	if offs, _ := h.rt.SinkOffsets("out"); len(offs) != 0 {
+		t.Fatalf("offsets after reset: %v, want none", offs)
+	}
+	if err := h.rt.Resume("out"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "all records again", func() bool { return int64(len(sink.Records())) >= 2*total+5 })
+}
+
+// WaitFor returns once the sink has written everything up to the position, and times out
+// with a message when the source never gets there.
+func TestWaitFor(t *testing.T) {
+	log := runtimetest.NewLog()
+	sink := runtimetest.NewSink()
+	h := newHarness(t, log, newRegistry(t, sink.Plugin("mem")), nil)
+	h.add("gen", "datagen", datagenConfig(300, 1000, 10, "datagen.rate", "1000", "datagen.tables", "customers"))
+	h.add("out", "mem", map[string]string{"topics": "gen.inventory.customers"})
+	h.start()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	res, err := h.rt.WaitFor(ctx, "out", "", "150")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Source != "gen" {
+		t.Fatalf("source %q, want gen", res.Source)
+	}
+	// Right after the wait, the sink holds event 149.
+	found := false
+	for _, r := range sink.Records() {
+		if r.Version == 150 {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("event 149 (version 150) is not in the sink after the wait (%d records)", len(sink.Records()))
+	}
+	short, cancel2 := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel2()
+	_, err = h.rt.WaitFor(short, "out", "gen", "100000")
+	var te *runtime.WaitTimeoutError
+	if !errors.As(err, &te) || te.Stage != "source" || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait for a position never reached: %v", err)
+	}
+	var we *runtime.WaitError
+	if _, err := h.rt.WaitFor(t.Context(), "gen", "", "5"); !errors.As(err, &we) {
+		t.Fatalf("wait on a source: %v", err)
+	}
+	if _, err := h.rt.WaitFor(t.Context(), "out", "", "0/16B3748"); !errors.As(err, &we) || !strings.Contains(err.Error(), "no source connector has positions like") {
+		t.Fatalf("wait with an LSN and no postgres source: %v", err)
+	}
+}
+
+// rebuildSink is an in-memory view (key → value) with generations, for rebuild tests.
+type rebuildSink struct {
+	mu     sync.Mutex
+	views  map[int]map[string]string
+	live   int
+	next   int
+	writes int
+}
+
+func (s *rebuildSink) plugin() connect.Plugin {
+	return connect.Plugin{Name: "view", Kind: connect.KindSink, Version: "test",
+		NewSink: func(connect.Config, connect.Env) (connect.Sink, error) { return &rebuildInstance{s: s, gen: -1}, nil }}
+}
+
+// view returns the live view.
+func (s *rebuildSink) view() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range s.views[s.live] {
+		out[k] = v
+	}
+	return out
+}
+
+type rebuildInstance struct {
+	s   *rebuildSink
+	gen int // -1: the live generation
+}
+
+func (i *rebuildInstance) Open(context.Context) error  { return nil }
+func (i *rebuildInstance) Close(context.Context) error { return nil }
+func (i *rebuildInstance) Write(ctx context.Context, batch []connect.Record) error {
+	i.s.mu.Lock()
+	defer i.s.mu.Unlock()
+	g := i.gen
+	if g < 0 {
+		g = i.s.live
+	}
+	if i.s.views[g] == nil {
+		i.s.views[g] = map[string]string{}
+	}
+	for _, r := range batch {
+		k, _ := connect.AppendJSON(nil, r.Key)
+		if r.Value == nil {
+			delete(i.s.views[g], string(k))
+			continue
+		}
+		v, _ := connect.AppendJSON(nil, r.Value)
+		i.s.views[g][string(k)] = string(v)
+	}
+	i.s.writes++
+	return nil
+}
+
+func (i *rebuildInstance) BeginRebuild(context.Context) (connect.Sink, error) {
+	i.s.mu.Lock()
+	defer i.s.mu.Unlock()
+	i.s.next++
+	return &rebuildInstance{s: i.s, gen: i.s.next}, nil
+}
+
+func (i *rebuildInstance) FinishRebuild(_ context.Context, rebuilt connect.Sink) error {
+	i.s.mu.Lock()
+	defer i.s.mu.Unlock()
+	i.s.live = rebuilt.(*rebuildInstance).gen
+	return nil
+}
+
+func (i *rebuildInstance) AbortRebuild(_ context.Context, rebuilt connect.Sink) error {
+	i.s.mu.Lock()
+	defer i.s.mu.Unlock()
+	delete(i.s.views, rebuilt.(*rebuildInstance).gen)
+	return nil
+}
+
+// A rebuild while the source keeps writing ends with a live view equal to the log's, in a
+// new generation; the sink never stopped.
+func TestRebuild(t *testing.T) {
+	log := runtimetest.NewLog()
+	view := &rebuildSink{views: map[int]map[string]string{}}
+	h := newHarness(t, log, newRegistry(t, view.plugin()), nil)
+	h.add("gen", "datagen", datagenConfig(3000, 200, 20, "datagen.rate", "3000", "datagen.tables", "customers"))
+	h.add("out", "view", map[string]string{"topics": "gen.inventory.customers"})
+	if _, err := h.rt.Rebuild("out"); !errors.Is(err, runtime.ErrNotRunning) {
+		t.Fatalf("rebuild before Run: %v", err)
+	}
+	h.start()
+	h.waitState("out", runtime.StateRunning)
+	waitFor(t, "some writes", func() bool { return countRecords(t, log, "gen") > 500 })
+	if _, err := h.rt.Rebuild("gen"); !errors.Is(err, runtime.ErrNoRebuild) {
+		t.Fatalf("rebuild of a source: %v", err)
+	}
+	if _, err := h.rt.Rebuild("out"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.rt.Rebuild("out"); !errors.Is(err, runtime.ErrRebuildRunning) {
+		t.Fatalf("second rebuild: %v", err)
+	}
+	var st runtime.RebuildStatus
+	waitFor(t, "the rebuild", func() bool {
+		st, _, _ = h.rt.RebuildState("out")
+		return st.State != runtime.RebuildRunning && st.State != runtime.RebuildAborting
+	})
+	if st.State != runtime.RebuildDone || st.Replayed < 500 {
+		t.Fatalf("rebuild ended %+v", st)
+	}
+	view.mu.Lock()
+	live := view.live
+	view.mu.Unlock()
+	if live != 1 {
+		t.Fatalf("live generation %d, want 1", live)
+	}
+	// Once everything is written, the rebuilt live view equals the log folded by key.
+	waitFor(t, "3000 events", func() bool { return countRecords(t, log, "gen") >= 3000 })
+	want := map[string]string{}
+	var last int64
+	waitFor(t, "the sink to finish", func() bool {
+		offs, _ := h.rt.SinkOffsets("out")
+		total := int64(0)
+		for _, o := range offs {
+			total += o
+		}
+		done := total == int64(countRecords(t, log, "gen")) && total == last
+		last = total
+		return done
+	})
+	for _, lr := range readAll(t, log, "gen.inventory.customers") {
+		k, _ := connect.AppendJSON(nil, lr.rec.Key)
+		if lr.rec.Value == nil {
+			delete(want, string(k))
+			continue
+		}
+		v, _ := connect.AppendJSON(nil, lr.rec.Value)
+		want[string(k)] = string(v)
+	}
+	if diff := cmp.Diff(want, view.view()); diff != "" {
+		t.Fatalf("rebuilt view differs from the log (-want +got):\n%.2000s", diff)
+	}
+}
