@@ -30,7 +30,9 @@ const (
 
 // Pipeline is a loaded set of pipeline files.
 type Pipeline struct {
-	Log        LogSettings
+	Log LogSettings
+	// REST is the admin API's settings (defaults when the files have no rest section).
+	REST       RESTSettings
 	Connectors []*Connector
 	// Files are the files read, in order.
 	Files []string
@@ -203,10 +205,19 @@ func Parse(name string, data []byte) (*Pipeline, error) {
 func merge(parts []*Pipeline, broken bool) (*Pipeline, Errors) {
 	out := &Pipeline{}
 	var errs Errors
-	var logFrom *Pipeline
+	var logFrom, restFrom *Pipeline
 	seen := map[string]*Connector{}
 	for _, p := range parts {
 		out.Files = append(out.Files, p.Files...)
+		if p.REST.pos.Line > 0 {
+			if restFrom != nil {
+				errs = append(errs, Error{File: p.REST.pos.File, Line: p.REST.pos.Line, Col: p.REST.pos.Col, Path: "rest",
+					Msg: fmt.Sprintf("is already set in %s:%d:%d; set it in one file only", restFrom.REST.pos.File, restFrom.REST.pos.Line, restFrom.REST.pos.Col)})
+			} else {
+				restFrom = p
+				out.REST = p.REST
+			}
+		}
 		if p.Log.pos.Line > 0 {
 			if logFrom != nil {
 				errs = append(errs, Error{File: p.Log.pos.File, Line: p.Log.pos.Line, Col: p.Log.pos.Col, Path: "log",
@@ -245,6 +256,11 @@ func merge(parts []*Pipeline, broken bool) (*Pipeline, Errors) {
 	}
 	if out.Log.Partitions == 0 {
 		out.Log.Partitions = 1
+	}
+	if !broken {
+		errs = append(errs, out.REST.finish()...)
+	} else if out.REST.Listeners == nil {
+		out.REST.finish()
 	}
 	return out, errs
 }
@@ -423,7 +439,7 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-var topKeys = []string{"log", "connectors"}
+var topKeys = []string{"log", "rest", "connectors"}
 
 func (d *decoder) top(n ast.Node, p *Pipeline) {
 	entries, ok := d.mapping(n, "")
@@ -435,6 +451,9 @@ func (d *decoder) top(n ast.Node, p *Pipeline) {
 		case "log":
 			p.Log.pos = d.pos(e.keyN)
 			d.log(e.value, &p.Log)
+		case "rest":
+			p.REST.pos = d.pos(e.keyN)
+			d.rest(e.value, &p.REST)
 		case "connectors":
 			d.connectors(e.value, p)
 		default:

@@ -100,7 +100,7 @@ func TestMalformedPipelines(t *testing.T) {
 		{"misspelled top key", "log:\n  dir: /x\nconnector: []\n", []string{
 			`pipeline.yaml:3:1: connector: unknown key; did you mean "connectors"?`}},
 		{"unknown top key", "log:\n  dir: /x\nworkers: 3\n", []string{
-			"pipeline.yaml:3:1: workers: unknown key; known keys: log, connectors"}},
+			"pipeline.yaml:3:1: workers: unknown key; known keys: log, rest, connectors"}},
 		{"no log", "connectors: []\n", []string{
 			"pipeline.yaml:1:1: log: is required: set log.dir, the directory of the log's data"}},
 		{"log without dir", "log:\n  partitions: 2\n", []string{

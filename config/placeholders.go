@@ -181,7 +181,7 @@ func (p *Pipeline) Resolve(env Env) error {
 		env = os.LookupEnv
 	}
 	r := &resolver{env: env, files: map[string]map[string]string{}, errs: map[string]error{}}
-	var errs Errors
+	errs := p.REST.resolveToken(r)
 	for _, c := range p.Connectors {
 		c.resolved = make(map[string]Secret, len(c.Config))
 		c.secret = map[string]bool{}
