@@ -157,12 +157,7 @@ func (l *Log) loadOffsets() error {
 		if len(r.Value) != 17 || r.Value[0] != internalRecordVersion {
 			return errors.New("bad consumer offset value")
 		}
-		m := l.offsets[group]
-		if m == nil {
-			m = map[TopicPartition]int64{}
-			l.offsets[group] = m
-		}
-		m[tp] = int64(binary.BigEndian.Uint64(r.Value[1:]))
+		l.setOffset(group, tp, int64(binary.BigEndian.Uint64(r.Value[1:])), r.Offset)
 		return nil
 	})
 }
@@ -197,22 +192,36 @@ func (l *Log) CommitOffsets(ctx context.Context, group string, offsets map[Topic
 		v = binary.BigEndian.AppendUint64(v, uint64(now))
 		recs[i] = Record{Key: encodeOffsetKey(group, tp), Value: v}
 	}
-	// The lock orders the cache updates like the appends.
-	l.groupsMu.Lock()
-	defer l.groupsMu.Unlock()
-	if _, err := l.Append(ctx, OffsetsTopic, 0, recs, AppendOptions{}); err != nil {
+	// Commits run concurrently (sharing fsyncs); the cache keeps, per
+	// partition, the value of the commit that is last in the log.
+	res, err := l.Append(ctx, OffsetsTopic, 0, recs, AppendOptions{})
+	if err != nil {
 		return fmt.Errorf("commit offsets of group %s: %w", group, err)
 	}
-	m := l.offsets[group]
-	if m == nil {
-		m = map[TopicPartition]int64{}
-		l.offsets[group] = m
-	}
-	for _, tp := range tps {
-		m[tp] = offsets[tp]
+	l.groupsMu.Lock()
+	defer l.groupsMu.Unlock()
+	for i, tp := range tps {
+		l.setOffset(group, tp, offsets[tp], res.BaseOffset+int64(i))
 	}
 	return nil
 }
+
+// setOffset records a committed offset found at logOffset in OffsetsTopic,
+// unless a later commit is already known. Caller holds groupsMu or is
+// Open.
+func (l *Log) setOffset(group string, tp TopicPartition, offset, logOffset int64) {
+	m := l.offsets[group]
+	if m == nil {
+		m = map[TopicPartition]committedOffset{}
+		l.offsets[group] = m
+	}
+	if cur, ok := m[tp]; !ok || cur.at < logOffset {
+		m[tp] = committedOffset{offset: offset, at: logOffset}
+	}
+}
+
+// committedOffset is a group's offset and where its commit is in the log.
+type committedOffset struct{ offset, at int64 }
 
 // FetchOffsets returns a consumer group's committed offsets.
 func (l *Log) FetchOffsets(group string) (map[TopicPartition]int64, error) {
@@ -226,7 +235,7 @@ func (l *Log) FetchOffsets(group string) (map[TopicPartition]int64, error) {
 	defer l.groupsMu.Unlock()
 	out := make(map[TopicPartition]int64, len(l.offsets[group]))
 	for tp, o := range l.offsets[group] {
-		out[tp] = o
+		out[tp] = o.offset
 	}
 	return out, nil
 }

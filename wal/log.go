@@ -78,7 +78,7 @@ type Log struct {
 	nextProdID int64
 
 	groupsMu sync.Mutex
-	offsets  map[string]map[TopicPartition]int64
+	offsets  map[string]map[TopicPartition]committedOffset
 }
 
 type topic struct {
@@ -119,7 +119,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	l := &Log{
 		dir: dir, fs: opts.FS, opts: opts, logger: opts.Logger,
 		topics: map[string]*topic{}, txnIDs: map[string]producerIDEpoch{}, epochs: map[int64]int16{},
-		nextProdID: 1, offsets: map[string]map[TopicPartition]int64{},
+		nextProdID: 1, offsets: map[string]map[TopicPartition]committedOffset{},
 	}
 	if err := l.fs.MkdirAll(filepath.Join(dir, "topics")); err != nil {
 		return nil, fmt.Errorf("open log %s: %w", dir, err)

@@ -448,6 +448,9 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 	if len(recs) == 0 {
 		return AppendResult{}, fmt.Errorf("append to %s: %w: empty batch", p.name(), ErrInvalidRecord)
 	}
+	if err := ctx.Err(); err != nil {
+		return AppendResult{}, fmt.Errorf("append to %s: %w", p.name(), err) // nothing written
+	}
 	if p.cfg.Compact {
 		for i := range recs {
 			if recs[i].Key == nil {

@@ -230,3 +230,37 @@ func TestLongPoll(t *testing.T) {
 		t.Fatalf("long poll across close: %v", r.err)
 	}
 }
+
+// TestConcurrentCommitsKeepLastInLog commits offsets of one group from many
+// goroutines at once: after a reopen the cached value must be the one the
+// log holds last, as before it.
+func TestConcurrentCommitsKeepLastInLog(t *testing.T) {
+	fs := vfs.NewMem()
+	clk := newClock()
+	ctx := context.Background()
+	l := mustOpen(t, "/d", memOpts(fs, clk))
+	tp := TopicPartition{"a", 0}
+	done := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		go func() {
+			var err error
+			for i := 0; i < 20 && err == nil; i++ {
+				err = l.CommitOffsets(ctx, "g", map[TopicPartition]int64{tp: int64(g*100 + i)})
+			}
+			done <- err
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := l.FetchOffsets("g")
+	l.Close()
+	l = mustOpen(t, "/d", memOpts(fs, clk))
+	defer l.Close()
+	after, _ := l.FetchOffsets("g")
+	if before[tp] != after[tp] {
+		t.Fatalf("offset before reopen %d, after %d: the cache disagreed with the log", before[tp], after[tp])
+	}
+}
