@@ -14,13 +14,21 @@ import (
 
 // Positions (connect.Position) of this source.
 //
-// Order is 21 bytes, compared as bytes:
+// Order is compared as bytes:
 //
-//	epoch (uint32) | phase (1 byte: 0 snapshot, 1 stream) | a (uint64) | b (uint64)
+//	epoch (uint32) | phase (1 byte: 0 snapshot, 1 stream) | phase-specific fields
 //
-//	snapshot: a = index of the table in snapshot order, b = rows of that table emitted so far
-//	          (1 for its first row)
-//	stream:   a = commit LSN of the transaction, b = change << 16 | record: change counts the
+//	snapshot: table (uint64: index of the table in snapshot order), then either
+//	            1 | the row's key, order-preserving encoded (keyed tables whose key types
+//	                allow it: integers, uuid, date, timestamp(tz), bool, bytea, text in the
+//	                C collation, ctid), or
+//	            0 | attempt (uint32) | row (uint64: rows of the table emitted in this attempt)
+//	          The key form makes a row's Order the same in every attempt, so the runtime's
+//	          replay rule keeps each row once when a crashed snapshot resumes in a newer MVCC
+//	          snapshot (where rows may have come and gone). The counter form cannot: a resumed
+//	          attempt gets the next attempt number, so its rows sort after everything before
+//	          and none is dropped, at the price of repeating the rows that were in flight.
+//	stream:   a = commit LSN of the transaction (uint64), b = change << 16 | record: change counts the
 //	          change messages of the transaction from 1 (whether their table is captured or
 //	          not, so that a changed filter cannot shift it), record the records one change
 //	          made (a delete and its tombstone, the three of a primary-key update); 0 for a
@@ -72,6 +80,10 @@ type snapshotPos struct {
 	TableIndex uint32
 	Rows       uint64
 	Key        []string // text form of the last emitted row's chunk key; nil before the first
+	Attempt    uint32   // counter form: the attempt, raised by every resume within the table
+	// order is the key form of the Order (in memory only: it is made from Key by the table's
+	// key encoders); nil for the counter form
+	order []byte
 }
 
 // index is the in-transaction part of the order.
@@ -99,13 +111,22 @@ func (p *position) flushLSN() pglogrepl.LSN {
 }
 
 func (p *position) order() []byte {
+	if s := p.Snapshot; s != nil {
+		b := make([]byte, 0, 4+1+8+1+max(12, len(s.order)))
+		b = binary.BigEndian.AppendUint32(b, p.Epoch)
+		b = append(b, phaseSnapshot)
+		b = binary.BigEndian.AppendUint64(b, uint64(s.TableIndex))
+		if s.order != nil {
+			b = append(b, 1)
+			return append(b, s.order...)
+		}
+		b = append(b, 0)
+		b = binary.BigEndian.AppendUint32(b, s.Attempt)
+		return binary.BigEndian.AppendUint64(b, s.Rows)
+	}
 	b := make([]byte, orderLen)
 	binary.BigEndian.PutUint32(b, p.Epoch)
-	if p.Snapshot != nil {
-		b[4] = phaseSnapshot
-		binary.BigEndian.PutUint64(b[5:], uint64(p.Snapshot.TableIndex))
-		binary.BigEndian.PutUint64(b[13:], p.Snapshot.Rows)
-	} else {
+	{
 		b[4] = phaseStream
 		binary.BigEndian.PutUint64(b[5:], uint64(p.LSN))
 		binary.BigEndian.PutUint64(b[13:], p.index())
@@ -137,6 +158,10 @@ func (p *position) appendState(dst []byte) []byte {
 				dst, _ = connect.AppendJSON(dst, k)
 			}
 			dst = append(dst, ']')
+		}
+		if s.Attempt != 0 {
+			dst = append(dst, `,"attempt":`...)
+			dst = strconv.AppendUint(dst, uint64(s.Attempt), 10)
 		}
 		return append(dst, `}}`...)
 	}
@@ -175,6 +200,7 @@ type snapshotJSON struct {
 	TableIndex uint32   `json:"table_index"`
 	Rows       uint64   `json:"rows"`
 	Key        []string `json:"key"`
+	Attempt    uint32   `json:"attempt"`
 }
 
 var errBadPosition = errors.New("not a postgres source position")
@@ -192,7 +218,7 @@ func decodePosition(cp connect.Position) (position, error) {
 	p := position{Epoch: st.Epoch, Change: st.Change, Record: st.Record}
 	var err error
 	if st.Snapshot != nil {
-		s := &snapshotPos{Schema: st.Snapshot.Schema, Table: st.Snapshot.Table, TableIndex: st.Snapshot.TableIndex, Rows: st.Snapshot.Rows, Key: st.Snapshot.Key}
+		s := &snapshotPos{Schema: st.Snapshot.Schema, Table: st.Snapshot.Table, TableIndex: st.Snapshot.TableIndex, Rows: st.Snapshot.Rows, Key: st.Snapshot.Key, Attempt: st.Snapshot.Attempt}
 		if s.LSN, err = pglogrepl.ParseLSN(st.Snapshot.LSN); err != nil {
 			return position{}, fmt.Errorf("%w: snapshot.lsn %q: %v", errBadPosition, st.Snapshot.LSN, err)
 		}

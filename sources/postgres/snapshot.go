@@ -61,6 +61,8 @@ type snapTable struct {
 	rows      uint64
 	lastKey   [][]byte // text of the chunk key of the last row read; nil before the first
 	chunkRows int
+	enc       []keyEncoder // the chunk key's order-preserving encoders; nil: counter Orders
+	attempt   uint32
 }
 
 // chunkQuery reads a table in key order, one chunk at a time.
@@ -198,29 +200,57 @@ func (sn *snapshotter) openTable(ctx context.Context) error {
 		return err
 	}
 	keyTypes := map[string]uint32{}
+	collations := map[string]string{}
 	if keyNames != nil {
-		rows, err := s.cat.Query(ctx, `SELECT attname, atttypid FROM pg_attribute WHERE attrelid = $1 AND attname = ANY ($2)`, ref.OID, keyNames)
+		rows, err := s.cat.Query(ctx, `
+SELECT a.attname, a.atttypid,
+       CASE WHEN a.attcollation = 0 THEN ''
+            WHEN co.collname = 'default' THEN (SELECT datcollate::text FROM pg_database WHERE datname = current_database())
+            ELSE co.collname::text END
+FROM pg_attribute a LEFT JOIN pg_collation co ON co.oid = a.attcollation
+WHERE a.attrelid = $1 AND a.attname = ANY ($2)`, ref.OID, keyNames)
 		if err != nil {
 			return fmt.Errorf("key types of %s: %w", ref, err)
 		}
 		for rows.Next() {
-			var n string
+			var n, coll string
 			var oid uint32
-			if err := rows.Scan(&n, &oid); err != nil {
+			if err := rows.Scan(&n, &oid, &coll); err != nil {
 				rows.Close()
 				return fmt.Errorf("key types of %s: %w", ref, err)
 			}
-			keyTypes[n] = oid
+			keyTypes[n], collations[n] = oid, coll
 		}
 		rows.Close()
 	}
 	st := &snapTable{ref: ref, t: t, chunk: newChunkQuery(ref.Schema, ref.Name, defs, keyNames, keyTypes, s.set.fetchSize)}
+	// the key form of the Order when every chunk key column can be encoded
+	if keyNames == nil {
+		st.enc = []keyEncoder{encodeTIDKey}
+	} else {
+		for _, k := range keyNames {
+			e := keyEncoderFor(s.types.m, keyTypes[k], collations[k])
+			if e == nil {
+				st.enc = nil
+				s.log.Info("snapshot rows of the table are numbered: a crash while it is read repeats the rows in flight",
+					"table", ref.String(), "key_column", k)
+				break
+			}
+			st.enc = append(st.enc, e)
+		}
+	}
 	if r := sn.resume; r != nil && r.Schema == ref.Schema && r.Table == ref.Name {
 		st.rows = r.Rows
+		st.attempt = r.Attempt
 		if r.Key != nil {
 			st.lastKey = make([][]byte, len(r.Key))
 			for i, k := range r.Key {
 				st.lastKey[i] = []byte(k)
+			}
+			if st.enc == nil {
+				// a new attempt: its rows sort after everything the last one may have
+				// appended beyond the stored position
+				st.attempt++
 			}
 		}
 		sn.resume = nil
@@ -314,6 +344,14 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 		keyText[j] = string(vals[i])
 		key[j] = []byte(keyText[j])
 	}
+	var order []byte
+	if cur.enc != nil {
+		for j, i := range cur.chunk.keyCols {
+			if order, err = cur.enc[j](order, vals[i]); err != nil {
+				return connect.Record{}, connect.Permanent(fmt.Errorf("snapshot of %s: %w", cur.ref, err))
+			}
+		}
+	}
 	cur.lastKey = key
 	cur.rows++
 	cur.chunkRows++
@@ -328,6 +366,7 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 		version:  sn.lsn,
 		pos: position{Epoch: s.epoch, Snapshot: &snapshotPos{
 			LSN: sn.lsn, Schema: cur.ref.Schema, Table: cur.ref.Name, TableIndex: sn.index, Rows: cur.rows, Key: keyText,
+			Attempt: cur.attempt, order: order,
 		}},
 	}
 	s.st.events.Add(1)
