@@ -12,6 +12,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,15 +21,20 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sluice-cdc/sluice/config"
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/connect/rest"
 	"github.com/sluice-cdc/sluice/connect/runtime"
+	"github.com/sluice-cdc/sluice/sinks/elasticsearch"
 	"github.com/sluice-cdc/sluice/sinks/file"
+	"github.com/sluice-cdc/sluice/sinks/redis"
 	"github.com/sluice-cdc/sluice/sources/datagen"
 	"github.com/sluice-cdc/sluice/sources/mysql"
 	"github.com/sluice-cdc/sluice/sources/postgres"
@@ -45,7 +52,16 @@ const usage = `usage:
   sluice topics list (-c PIPELINE | --log-dir DIR)
   sluice topics tail TOPIC [--from-beginning] [--partition N] [--max-messages N] (-c PIPELINE | --log-dir DIR)
   sluice version
-PIPELINE is a YAML file or a directory of them.
+Client commands (they call the admin API of a running sluice):
+  sluice connectors list|get|status|config|create -f FILE|delete|pause|resume|stop|restart|lag [NAME]
+  sluice offsets get|set -f FILE|reset CONNECTOR
+  sluice topics list|describe|records [TOPIC] [--partition N] [--offset N] [--limit N]
+  sluice plugins list
+  sluice rebuild CONNECTOR [--no-wait]
+  sluice wait CONNECTOR POSITION [--timeout 30s] [--source NAME]
+  client flags: [--server URL] [--token TOKEN] [-o table|json] [--insecure]
+PIPELINE is a YAML file or a directory of them. --server defaults to $SLUICE_SERVER, else
+http://127.0.0.1:8083; --token to $SLUICE_TOKEN.
 `
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -68,6 +84,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdValidate(args[1:], stdout)
 	case "topics":
 		err = cmdTopics(args[1:], stdout)
+	case "connectors", "connector":
+		err = cmdConnectors(args[1:], stdout)
+	case "offsets":
+		err = cmdOffsets(args[1:], stdout)
+	case "plugins":
+		err = cmdPlugins(args[1:], stdout)
+	case "rebuild":
+		err = cmdRebuild(args[1:], stdout)
+	case "wait":
+		err = cmdWait(args[1:], stdout)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "sluice %s\n", version)
 	case "help", "-h", "--help":
@@ -119,7 +145,7 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func registry() (*connect.Registry, error) {
-	plugins := []connect.Plugin{datagen.Plugin(), file.Plugin(), mysql.Plugin(), postgres.Plugin()}
+	plugins := []connect.Plugin{datagen.Plugin(), file.Plugin(), mysql.Plugin(), postgres.Plugin(), elasticsearch.Plugin(), redis.Plugin()}
 	plugins = append(plugins, transforms.Plugins()...)
 	return connect.NewRegistry(plugins...)
 }
@@ -144,19 +170,21 @@ func openPipeline(paths []string) (*config.Pipeline, *connect.Registry, error) {
 	return p, reg, err
 }
 
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+func newLogger(w io.Writer, format, level string) (*slog.Logger, *rest.Levels, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", level)}
+		return nil, nil, usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", level)}
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	// The handler passes everything; the levels (changeable through /admin/loggers) filter.
+	opts := &slog.HandlerOptions{Level: slog.LevelDebug - 4}
+	levels := rest.NewLevels(lv)
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(levels.Handler(slog.NewTextHandler(w, opts))), levels, nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(levels.Handler(slog.NewJSONHandler(w, opts))), levels, nil
 	}
-	return nil, usageError{fmt.Sprintf("--log-format %q: want text or json", format)}
+	return nil, nil, usageError{fmt.Sprintf("--log-format %q: want text or json", format)}
 }
 
 func walOptions(p *config.Pipeline, logger *slog.Logger) (wal.Options, error) {
@@ -192,7 +220,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 	} else if len(pos) > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
 	}
-	logger, err := newLogger(stderr, *format, *level)
+	logger, levels, err := newLogger(stderr, *format, *level)
 	if err != nil {
 		return err
 	}
@@ -213,20 +241,57 @@ func cmdRun(args []string, stderr io.Writer) error {
 	}
 	defer log.Close()
 	host, _ := os.Hostname()
+	metrics := rest.NewMetrics()
+	resolve := func(cfg map[string]string) (map[string]string, []connect.FieldError) {
+		return config.ResolveConfig(cfg, nil)
+	}
 	rt, err := runtime.New(runtime.Options{
-		Log: log, Registry: reg, Chain: chainBuilder, Logger: logger,
+		Log: log, Registry: reg, Chain: chainBuilder, Logger: logger.With("component", "runtime"),
 		WorkerID: host, TopicDefaults: wopts.TopicDefaults, ShutdownTimeout: *shutdown,
+		Resolve: resolve, Observer: metrics,
 	})
 	if err != nil {
 		return err
 	}
+	metrics.Attach(rt)
 	for _, c := range p.Connectors {
-		if err := rt.Add(runtime.ConnectorSpec{Name: c.Name, Class: c.Class, Config: c.Resolved(), Display: c.Config}); err != nil {
+		spec := runtime.ConnectorSpec{Name: c.Name, Class: c.Class, Config: c.Resolved(), Display: c.Config, Origin: runtime.OriginFile, Source: c.Pos.File}
+		if err := rt.Add(spec); err != nil {
 			return err
 		}
 	}
-	if len(p.Connectors) == 0 {
-		logger.Warn("the pipeline has no connectors")
+	startCtx, cancelStart := context.WithTimeout(context.Background(), time.Minute)
+	err = rt.Restore(startCtx)
+	cancelStart()
+	if err != nil {
+		return fmt.Errorf("restore connectors stored in the log: %w", err)
+	}
+	if len(rt.Names()) == 0 {
+		logger.Warn("no connectors: add some to the pipeline file or create them through the API")
+	}
+
+	var ready atomic.Bool
+	var api *rest.Server
+	if len(p.REST.Listeners) > 0 {
+		var lns []rest.Listener
+		for _, l := range p.REST.Listeners {
+			lns = append(lns, rest.Listener{Addr: l.Addr, TLS: l.TLS})
+		}
+		api, err = rest.New(rest.Options{
+			Runtime: rt, Listeners: lns, TLSCertFile: p.REST.TLSCert, TLSKeyFile: p.REST.TLSKey,
+			Token: p.REST.Token.Reveal(), Resolve: resolve, Logger: logger.With("component", "rest"),
+			Levels: levels, Metrics: metrics, Version: version, Commit: commit(), ClusterID: clusterID(p.Log.Dir),
+			Ready: ready.Load,
+		})
+		if err != nil {
+			return err
+		}
+		if err := api.Listen(); err != nil {
+			return err
+		}
+		if p.REST.Public() && p.REST.Token == "" {
+			logger.Warn("the admin API listens beyond loopback without a token: anyone who reaches it can change connectors; set rest.auth.token", "listeners", api.URLs())
+		}
 	}
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -245,9 +310,23 @@ func cmdRun(args []string, stderr io.Writer) error {
 
 	logDone := make(chan error, 1)
 	go func() { logDone <- log.Run(ctx) }()
-	logger.Info("sluice running", "version", version, "log_dir", p.Log.Dir, "connectors", len(p.Connectors))
+	apiDone := make(chan error, 1)
+	if api != nil {
+		go func() { apiDone <- api.Run(ctx) }()
+	} else {
+		apiDone <- nil
+	}
+	attrs := []any{"version", version, "log_dir", p.Log.Dir, "connectors", len(rt.Names())}
+	if api != nil {
+		attrs = append(attrs, "api", strings.Join(api.URLs(), ","))
+	}
+	logger.Info("sluice running", attrs...)
+	ready.Store(true)
 	runErr := rt.Run(ctx)
 	stop()
+	if err := <-apiDone; err != nil && runErr == nil {
+		runErr = err
+	}
 	if err := <-logDone; err != nil && runErr == nil {
 		runErr = err
 	}
@@ -258,6 +337,24 @@ func cmdRun(args []string, stderr io.Writer) error {
 		logger.Info("sluice stopped")
 	}
 	return runErr
+}
+
+// commit is the VCS revision the binary was built from, if known.
+func commit() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
+}
+
+// clusterID is a stable identifier of the log, reported as kafka_cluster_id.
+func clusterID(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return "sluice-" + hex.EncodeToString(sum[:8])
 }
 
 func cmdValidate(args []string, stdout io.Writer) error {
@@ -287,7 +384,13 @@ func cmdValidate(args []string, stdout io.Writer) error {
 
 func cmdTopics(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"topics: want list or tail"}
+		return usageError{"topics: want list, tail, describe or records"}
+	}
+	if !hasFlag(args, "c", "log-dir") {
+		if args[0] == "tail" {
+			return usageError{"topics tail reads the log directly: give -c PIPELINE or --log-dir DIR (while sluice runs, use `sluice topics records`)"}
+		}
+		return cmdTopicsAPI(args, stdout)
 	}
 	fs := flag.NewFlagSet("topics", flag.ContinueOnError)
 	var paths stringList
@@ -356,4 +459,18 @@ func cmdTopics(args []string, stdout io.Writer) error {
 		})
 	}
 	return usageError{fmt.Sprintf("topics: unknown subcommand %q", args[0])}
+}
+
+// hasFlag reports whether args set one of the named flags.
+func hasFlag(args []string, names ...string) bool {
+	for _, a := range args {
+		for _, n := range names {
+			for _, form := range []string{"-" + n, "--" + n} {
+				if a == form || strings.HasPrefix(a, form+"=") {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
