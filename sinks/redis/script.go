@@ -15,15 +15,19 @@ import (
 //
 // kinds:
 //
-//	H  replace a hash: DEL, then HSET the n arguments (field, value pairs)
-//	P  update a hash: the first argument m counts the (field, value) arguments to HSET, the rest
-//	   are fields to HDEL (NULL columns)
+//	H  replace a hash: the first argument m counts the (field, value) arguments to HSET, the
+//	   rest are fields to HDEL (NULL columns). The kind is followed by the fingerprint of the
+//	   row's column names, kept in the marker after the version: when the stored row had the
+//	   same columns (or was deleted), no other field can be left; otherwise a hash left with
+//	   more fields (columns the row no longer has) is deleted and written again
+//	P  update a hash: the same arguments, but other fields stay (unchanged columns)
 //	J  SET the one argument (a JSON document)
 //	D  DEL, and keep the version as a marker for ARGV[2] seconds
 //	X  XADD the n arguments (field, value pairs); applied only if strictly newer than the
 //	   stored (version, offset), so a replay appends nothing twice
 //
-// A write applies when its version is at least the stored one (equal versions only occur
+// A marker holds the version (19 digits) followed by the fingerprint ("-" for a delete); a
+// stream marker the version and offset. A write applies when its version is at least the stored one (equal versions only occur
 // inside one source transaction, whose changes arrive in order). The script returns
 // {conflicts, i1, err1, i2, err2, ...}: the count of operations refused as stale and, for each
 // operation the server refused (e.g. WRONGTYPE), its 1-based number and the error. An error
@@ -41,28 +45,45 @@ local op = 0
 local transient = {OOM = true, READONLY = true, BUSY = true, LOADING = true, MASTERDOWN = true, NOREPLICAS = true, TRYAGAIN = true, MISCONF = true}
 
 local function apply(key, vkey, kind, ver, ttl, first, n)
-  local cur = false
+  local fp = string.sub(kind, 2)
+  kind = string.sub(kind, 1, 1)
+  local cur, curv, curfp = false, false, false
   if guard then
     cur = redis.call('GET', vkey)
-    if ver ~= '' and cur then
+    if cur then
       if kind == 'X' then
-        if cur >= ver then return true end
-      elseif cur > ver then
-        return true
+        curv = cur
+      else
+        curv, curfp = string.sub(cur, 1, 19), string.sub(cur, 20)
+      end
+      if ver ~= '' then
+        if kind == 'X' then
+          if curv >= ver then return true end
+        elseif curv > ver then
+          return true
+        end
       end
     end
   end
-  if kind == 'H' then
-    redis.call('DEL', key)
-    if n > 0 then redis.call('HSET', key, unpack(ARGV, first, first + n - 1)) end
-  elseif kind == 'P' then
+  if kind == 'H' or kind == 'P' then
     local m = tonumber(ARGV[first])
     if m > 0 then redis.call('HSET', key, unpack(ARGV, first + 1, first + m)) end
     if n - 1 - m > 0 then redis.call('HDEL', key, unpack(ARGV, first + 1 + m, first + n - 1)) end
+    if kind == 'H' then
+      -- fields of columns the row no longer has must go: only possible when the stored row had
+      -- other columns (its fingerprint differs) or when sluice did not write it
+      if curfp ~= fp and curfp ~= '-' and redis.call('HLEN', key) > m / 2 then
+        redis.call('DEL', key)
+        if m > 0 then redis.call('HSET', key, unpack(ARGV, first + 1, first + m)) end
+      end
+    else
+      fp = curfp or ''
+    end
   elseif kind == 'J' then
     redis.call('SET', key, ARGV[first])
   elseif kind == 'D' then
     redis.call('DEL', key)
+    fp = '-'
   elseif kind == 'X' then
     if maxlen > 0 then
       redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', unpack(ARGV, first, first + n - 1))
@@ -75,7 +96,8 @@ local function apply(key, vkey, kind, ver, ttl, first, n)
   end
   if guard then
     local v = ver
-    if v == '' then v = cur or zero end
+    if v == '' then v = curv or zero end
+    if kind ~= 'X' then v = v .. fp end
     if kind == 'D' or kind == 'X' then
       redis.call('SET', vkey, v, 'EX', marker)
     elseif ttl > 0 then

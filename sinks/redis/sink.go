@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"sort"
@@ -151,7 +152,8 @@ func (s *Sink) Stats() Stats {
 // op is one record turned into one script operation.
 type op struct {
 	rec     int
-	kind    byte // H, P, J, D, X
+	kind    byte   // H, P, J, D, X
+	fp      string // H: the fingerprint of the row's column names
 	key     string
 	vkey    string
 	version string // "" = unguarded
@@ -181,6 +183,13 @@ func (s *Sink) Write(ctx context.Context, batch []connect.Record) error {
 	}
 	var failed []connect.RecordError
 	ops := s.ops[:0]
+	// Script calls run while the next ones are prepared, unless json partial updates need the
+	// stored rows read first.
+	var ex *executor
+	if s.o.typ != TypeJSON || !anyUnchanged(batch) {
+		ex = s.startExecutor(ctx)
+	}
+	sent := 0
 	for i := range batch {
 		o, ok, err := s.toOp(&batch[i], i)
 		if err != nil {
@@ -191,23 +200,47 @@ func (s *Sink) Write(ctx context.Context, batch []connect.Record) error {
 		if ok {
 			ops = append(ops, o)
 		}
+		if ex != nil && len(ops)-sent >= s.o.batchSize {
+			ex.submit(ops[sent:])
+			sent = len(ops)
+		}
 	}
 	s.ops = ops
-	if len(ops) > 0 {
-		rejected, err := s.applyWithRetry(ctx, ops)
+	if len(ops) > 0 || ex != nil {
+		var results []callResult
+		var err error
+		if ex != nil {
+			if sent < len(ops) {
+				ex.submit(ops[sent:])
+			}
+			results, err = ex.finish()
+			if err != nil && ctx.Err() == nil && transient(err) {
+				results, err = s.applyWithRetry(ctx, ops, err)
+			} else if err != nil {
+				err = fmt.Errorf("write to redis: %w", err)
+			}
+		} else {
+			results, err = s.applyWithRetry(ctx, ops, nil)
+		}
 		if err != nil {
 			return err
 		}
-		for _, r := range rejected {
-			s.counters.rejected.Add(1)
-			failed = append(failed, r)
-		}
+		failed = append(failed, s.settle(results)...)
 	}
 	if len(failed) > 0 {
 		sort.Slice(failed, func(i, j int) bool { return failed[i].Index < failed[j].Index })
 		return &connect.WriteError{Failed: failed}
 	}
 	return nil
+}
+
+func anyUnchanged(batch []connect.Record) bool {
+	for i := range batch {
+		if _, ok := batch[i].Headers.Get(connect.HeaderUnchanged); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // toOp interprets a record. ok=false: nothing to do.
@@ -275,37 +308,27 @@ func (s *Sink) toOp(r *connect.Record, i int) (op, bool, error) {
 		o.args = []any{string(doc)}
 		o.row = ch.row
 	default:
+		o.kind = 'H'
 		if len(ch.unchanged) > 0 {
 			o.kind = 'P'
-			o.args = make([]any, 1, 1+2*len(ch.row))
-			var dels []any
-			for _, f := range ch.row {
-				if f.Value == nil {
-					dels = append(dels, f.Name)
-					continue
-				}
-				val, err := fieldValue(f.Value)
-				if err != nil {
-					return op{}, false, fmt.Errorf("column %s: %w", f.Name, err)
-				}
-				o.args = append(o.args, f.Name, val)
-			}
-			o.args[0] = len(o.args) - 1
-			o.args = append(o.args, dels...)
 		} else {
-			o.kind = 'H'
-			o.args = make([]any, 0, 2*len(ch.row))
-			for _, f := range ch.row {
-				if f.Value == nil {
-					continue
-				}
-				val, err := fieldValue(f.Value)
-				if err != nil {
-					return op{}, false, fmt.Errorf("column %s: %w", f.Name, err)
-				}
-				o.args = append(o.args, f.Name, val)
-			}
+			o.fp = fingerprint(ch.row)
 		}
+		o.args = make([]any, 1, 1+2*len(ch.row))
+		var dels []any
+		for _, f := range ch.row {
+			if f.Value == nil {
+				dels = append(dels, f.Name)
+				continue
+			}
+			val, err := fieldValue(f.Value)
+			if err != nil {
+				return op{}, false, fmt.Errorf("column %s: %w", f.Name, err)
+			}
+			o.args = append(o.args, f.Name, val)
+		}
+		o.args[0] = len(o.args) - 1
+		o.args = append(o.args, dels...)
 	}
 	return o, true, nil
 }
@@ -339,6 +362,41 @@ func (s *Sink) streamOp(o op, r *connect.Record, ch change) (op, bool, error) {
 		}
 	}
 	return o, true, nil
+}
+
+// kindArg is an operation's kind argument: the kind letter, for H followed by the fingerprint.
+func kindArg(o *op) string {
+	switch o.kind {
+	case 'H':
+		return "H" + o.fp
+	case 'P':
+		return "P"
+	case 'J':
+		return "J"
+	case 'D':
+		return "D"
+	}
+	return "X"
+}
+
+// fingerprint is 8 hex digits of FNV-1a over the row's column names, in order.
+func fingerprint(row connect.Row) string {
+	h := uint32(2166136261)
+	for _, f := range row {
+		for i := 0; i < len(f.Name); i++ {
+			h ^= uint32(f.Name[i])
+			h *= 16777619
+		}
+		h ^= 0
+		h *= 16777619
+	}
+	const digits = "0123456789abcdef"
+	var b [8]byte
+	for i := 7; i >= 0; i-- {
+		b[i] = digits[h&15]
+		h >>= 4
+	}
+	return string(b[:])
 }
 
 // pad19 renders a non-negative int64 in 19 digits, so that versions compare as strings.
@@ -384,36 +442,51 @@ func (s *Sink) renderKey(dst []byte, r *connect.Record) ([]byte, error) {
 // fieldValue renders a column as a hash field value: strings as they are, every other value as
 // its JSON text (bytes and times as their JSON string's content).
 func fieldValue(v any) (string, error) {
-	if s, ok := v.(string); ok {
-		return s, nil
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case int64:
+		return strconv.FormatInt(x, 10), nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	case float64:
+		// plain notation for ordinary magnitudes, as connect.AppendJSON renders them
+		if a := math.Abs(x); a == 0 || a >= 1e-6 && a < 1e21 {
+			return strconv.FormatFloat(x, 'f', -1, 64), nil
+		}
 	}
 	b, err := appendKeyValue(nil, v, false)
 	return string(b), err
 }
 
-// applyWithRetry applies ops, retrying the whole pipeline after transient failures (the
-// operations are idempotent under the guard).
-func (s *Sink) applyWithRetry(ctx context.Context, ops []op) ([]connect.RecordError, error) {
-	for attempt := 0; ; attempt++ {
-		rejected, err := s.apply(ctx, ops)
-		if err == nil {
-			return rejected, nil
+// applyWithRetry applies ops, retrying the whole batch after transient failures (the
+// operations are idempotent under the guard). first is the failure of an earlier attempt.
+func (s *Sink) applyWithRetry(ctx context.Context, ops []op, first error) ([]callResult, error) {
+	attempt := 0
+	err := first
+	for {
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if !transient(err) {
+				return nil, fmt.Errorf("write to redis: %w", err)
+			}
+			if attempt >= s.o.maxRetries {
+				return nil, fmt.Errorf("write to redis: still failing after %d retries: %w", attempt, err)
+			}
+			d := s.backoff(attempt)
+			s.counters.retries.Add(1)
+			s.log.Warn("redis write failed; retrying", "records", len(ops), "attempt", attempt+1,
+				"max_retries", s.o.maxRetries, "backoff", d, "err", err)
+			if err := s.sleep(ctx, d); err != nil {
+				return nil, err
+			}
+			attempt++
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if !transient(err) {
-			return nil, fmt.Errorf("write to redis: %w", err)
-		}
-		if attempt >= s.o.maxRetries {
-			return nil, fmt.Errorf("write to redis: still failing after %d retries: %w", attempt, err)
-		}
-		d := s.backoff(attempt)
-		s.counters.retries.Add(1)
-		s.log.Warn("redis write failed; retrying", "records", len(ops), "attempt", attempt+1,
-			"max_retries", s.o.maxRetries, "backoff", d, "err", err)
-		if err := s.sleep(ctx, d); err != nil {
-			return nil, err
+		var results []callResult
+		if results, err = s.apply(ctx, ops); err == nil {
+			return results, nil
 		}
 	}
 }
@@ -437,82 +510,165 @@ func transient(err error) bool {
 	return false
 }
 
+// callResult is the answer to one script call: its operations, and the script's reply.
+type callResult struct {
+	ops   []op
+	reply []any
+}
+
 // apply sends every operation once: json partial updates are first resolved against the stored
-// rows, then the script calls are pipelined. It returns the operations the server refused.
-func (s *Sink) apply(ctx context.Context, ops []op) ([]connect.RecordError, error) {
+// rows, then the script calls are pipelined.
+func (s *Sink) apply(ctx context.Context, ops []op) ([]callResult, error) {
 	if err := s.resolveJSON(ctx, ops); err != nil {
 		return nil, err
 	}
-	guard := "1"
-	if s.noGuard {
-		guard = "0"
-	}
 	pipe := s.rdb.Pipeline()
 	var cmds []*goredis.Cmd
-	var chunks [][]op
+	var results []callResult
 	for start := 0; start < len(ops); start += s.o.batchSize {
 		chunk := ops[start:min(len(ops), start+s.o.batchSize)]
-		keys := make([]string, 0, 2*len(chunk))
-		n := 3
-		for i := range chunk {
-			n += 4 + len(chunk[i].args)
-		}
-		args := make([]any, 0, n)
-		args = append(args, s.o.maxLen, s.o.markerTTL, guard)
-		for i := range chunk {
-			o := &chunk[i]
-			keys = append(keys, o.key, o.vkey)
-			ttl := s.o.ttl
-			args = append(args, string(o.kind), o.version, ttl, len(o.args))
-			args = append(args, o.args...)
-		}
+		keys, args := s.callArgs(chunk)
 		cmds = append(cmds, applyScript.EvalSha(ctx, pipe, keys, args...))
-		chunks = append(chunks, chunk)
+		results = append(results, callResult{ops: chunk})
 	}
-	if s.o.waitN > 0 {
-		pipe.Do(ctx, "WAIT", s.o.waitN, s.o.waitTimeout.Milliseconds())
-	}
-	res, err := pipe.Exec(ctx)
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		if lerr := applyScript.Load(ctx, s.rdb).Err(); lerr != nil {
-			return nil, fmt.Errorf("load script: %w", lerr)
-		}
-		return nil, err // transient: the retry finds the script
-	}
-	if err != nil {
+	if err := s.execPipe(ctx, pipe); err != nil {
 		return nil, err
 	}
-	if s.o.waitN > 0 {
-		if n, _ := res[len(res)-1].(*goredis.Cmd).Int64(); n < int64(s.o.waitN) {
-			return nil, fmt.Errorf("wait: %d of %d replicas acknowledged the batch within %v", n, s.o.waitN, s.o.waitTimeout)
-		}
-	}
-	var rejected []connect.RecordError
-	for c, cmd := range cmds {
+	for i, cmd := range cmds {
 		vals, err := cmd.Slice()
 		if err != nil {
 			return nil, err
 		}
-		conflicts, _ := vals[0].(int64)
+		results[i].reply = vals
+	}
+	return results, nil
+}
+
+// callArgs builds the KEYS and ARGV of one script call (see applyScript).
+func (s *Sink) callArgs(chunk []op) ([]string, []any) {
+	guard := "1"
+	if s.noGuard {
+		guard = "0"
+	}
+	keys := make([]string, 0, 2*len(chunk))
+	n := 3
+	for i := range chunk {
+		n += 4 + len(chunk[i].args)
+	}
+	args := make([]any, 0, n)
+	args = append(args, s.o.maxLen, s.o.markerTTL, guard)
+	for i := range chunk {
+		o := &chunk[i]
+		keys = append(keys, o.key, o.vkey)
+		args = append(args, kindArg(o), o.version, s.o.ttl, len(o.args))
+		args = append(args, o.args...)
+	}
+	return keys, args
+}
+
+// execPipe runs a pipeline, followed by WAIT when redis.wait.replicas asks for it.
+func (s *Sink) execPipe(ctx context.Context, pipe goredis.Pipeliner) error {
+	var wait *goredis.Cmd
+	if s.o.waitN > 0 {
+		wait = pipe.Do(ctx, "WAIT", s.o.waitN, s.o.waitTimeout.Milliseconds())
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if lerr := applyScript.Load(ctx, s.rdb).Err(); lerr != nil {
+			return fmt.Errorf("load script: %w", lerr)
+		}
+		return err // transient: the retry finds the script
+	}
+	if err != nil {
+		return err
+	}
+	if wait != nil {
+		if n, _ := wait.Int64(); n < int64(s.o.waitN) {
+			return fmt.Errorf("wait: %d of %d replicas acknowledged the batch within %v", n, s.o.waitN, s.o.waitTimeout)
+		}
+	}
+	return nil
+}
+
+// executor runs script calls one after the other in a goroutine of its own, while Write
+// prepares the next ones.
+type executor struct {
+	s       *Sink
+	ctx     context.Context
+	in      chan []op
+	done    chan struct{}
+	results []callResult
+	err     error
+}
+
+func (s *Sink) startExecutor(ctx context.Context) *executor {
+	e := &executor{s: s, ctx: ctx, in: make(chan []op, 1), done: make(chan struct{})}
+	go e.run()
+	return e
+}
+
+func (e *executor) submit(ops []op) { e.in <- ops }
+
+func (e *executor) run() {
+	defer close(e.done)
+	for ops := range e.in {
+		if e.err != nil {
+			continue // drain
+		}
+		keys, args := e.s.callArgs(ops)
+		vals, err := applyScript.EvalSha(e.ctx, e.s.rdb, keys, args...).Slice()
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			if lerr := applyScript.Load(e.ctx, e.s.rdb).Err(); lerr != nil {
+				err = fmt.Errorf("load script: %w", lerr)
+			}
+		}
+		if err != nil {
+			e.err = err
+			continue
+		}
+		e.results = append(e.results, callResult{ops: ops, reply: vals})
+	}
+	if e.err == nil && e.s.o.waitN > 0 {
+		n, err := e.s.rdb.Wait(e.ctx, e.s.o.waitN, e.s.o.waitTimeout).Result()
+		if err == nil && n < int64(e.s.o.waitN) {
+			err = fmt.Errorf("wait: %d of %d replicas acknowledged the batch within %v", n, e.s.o.waitN, e.s.o.waitTimeout)
+		}
+		e.err = err
+	}
+}
+
+// finish waits for the submitted calls and returns their results.
+func (e *executor) finish() ([]callResult, error) {
+	close(e.in)
+	<-e.done
+	return e.results, e.err
+}
+
+// settle counts the outcome of applied calls and returns the operations the server refused.
+func (s *Sink) settle(results []callResult) []connect.RecordError {
+	var rejected []connect.RecordError
+	for _, r := range results {
+		conflicts, _ := r.reply[0].(int64)
 		s.counters.conflicts.Add(conflicts)
 		bad := map[int]bool{}
-		for j := 1; j+1 < len(vals); j += 2 {
-			n, _ := vals[j].(int64)
-			msg, _ := vals[j+1].(string)
-			o := &chunks[c][n-1]
+		for j := 1; j+1 < len(r.reply); j += 2 {
+			n, _ := r.reply[j].(int64)
+			msg, _ := r.reply[j+1].(string)
+			o := &r.ops[n-1]
 			bad[int(n-1)] = true
+			s.counters.rejected.Add(1)
 			rejected = append(rejected, connect.RecordError{Index: o.rec, Err: fmt.Errorf("redis refused the write of %s: %s", o.key, msg)})
 		}
 		var deleted int64
-		for j := range chunks[c] {
-			if !bad[j] && chunks[c][j].kind == 'D' {
+		for j := range r.ops {
+			if !bad[j] && r.ops[j].kind == 'D' {
 				deleted++
 			}
 		}
 		s.counters.deleted.Add(deleted)
-		s.counters.written.Add(int64(len(chunks[c])-len(bad)) - deleted - conflicts)
+		s.counters.written.Add(int64(len(r.ops)-len(bad)) - deleted - conflicts)
 	}
-	return rejected, nil
+	return rejected
 }
 
 // backoff is the wait before retry attempt+1: retry.backoff.ms doubled per attempt, capped at

@@ -292,3 +292,19 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestHashReplace: a whole row replaces the hash: NULL columns and columns the row no longer
+// has (a dropped column) disappear.
+func TestHashReplace(t *testing.T) {
+	addr, db := testDB(t)
+	c := client(t, addr, db)
+	s := newTestSink(t, addr, db, nil, nil)
+	key := connect.Row{{Name: "id", Value: int64(1)}}
+	mustWrite(t, s, connect.Record{Topic: "db.s.t", Key: key, Version: 1,
+		Value: connect.Row{{Name: "id", Value: int64(1)}, {Name: "a", Value: "x"}, {Name: "b", Value: "y"}, {Name: "c", Value: "z"}}})
+	mustWrite(t, s, connect.Record{Topic: "db.s.t", Key: key, Version: 2,
+		Value: connect.Row{{Name: "id", Value: int64(1)}, {Name: "a", Value: nil}, {Name: "b", Value: "y2"}}})
+	if d := diffKeys(map[string]any{"t:1": map[string]string{"id": "1", "b": "y2"}}, keyspace(t, c, TypeHash, "")); d != "" {
+		t.Fatal(d)
+	}
+}
