@@ -53,7 +53,8 @@ type AppendResult struct {
 	// Duplicate is true when the batch was a retry of one already in the
 	// log; the offsets are the original ones and nothing was written.
 	Duplicate bool
-	// LogAppendTime is when the log wrote the batch.
+	// LogAppendTime is when the log wrote the batch; for a duplicate, the
+	// original batch's newest record timestamp.
 	LogAppendTime time.Time
 }
 
