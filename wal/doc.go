@@ -44,12 +44,14 @@
 //	    <base>.index, <base>.timeindex           sparse indexes (a rebuildable cache)
 //	    <offset>.snapshot                        producer state as of offset (a cache)
 //	    <base>.log.cleaned, <base>.log.swap      compaction output (see Recovery)
+//	    clean-shutdown                           written by a clean Close
 //	<dir>/topics/+<topic>                        a topic being created
 //	<dir>/trash/                                 topics being deleted
 //
-// A segment is named by the offset of its first batch and is preallocated
-// to segment.bytes (fallocate, keeping the file size, so the file size is
-// always the written end). It is rolled when the next batch would pass
+// A segment is named by the offset of its first batch. Its disk space is
+// preallocated ahead of the written end, 64 MiB at a time up to
+// segment.bytes (fallocate keeping the file size, so the file size is
+// always the written end and appends do not allocate blocks). It is rolled when the next batch would pass
 // segment.bytes or the segment is older than segment.ms: rolling fsyncs it,
 // writes its indexes and a producer snapshot, creates the next segment and
 // fsyncs the directory.
