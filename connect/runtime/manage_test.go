@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -389,88 +388,12 @@ func TestWaitFor(t *testing.T) {
 	}
 }
 
-// rebuildSink is an in-memory view (key → value) with generations, for rebuild tests.
-type rebuildSink struct {
-	mu     sync.Mutex
-	views  map[int]map[string]string
-	live   int
-	next   int
-	writes int
-}
-
-func (s *rebuildSink) plugin() connect.Plugin {
-	return connect.Plugin{Name: "view", Kind: connect.KindSink, Version: "test",
-		NewSink: func(connect.Config, connect.Env) (connect.Sink, error) { return &rebuildInstance{s: s, gen: -1}, nil }}
-}
-
-// view returns the live view.
-func (s *rebuildSink) view() map[string]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[string]string{}
-	for k, v := range s.views[s.live] {
-		out[k] = v
-	}
-	return out
-}
-
-type rebuildInstance struct {
-	s   *rebuildSink
-	gen int // -1: the live generation
-}
-
-func (i *rebuildInstance) Open(context.Context) error  { return nil }
-func (i *rebuildInstance) Close(context.Context) error { return nil }
-func (i *rebuildInstance) Write(ctx context.Context, batch []connect.Record) error {
-	i.s.mu.Lock()
-	defer i.s.mu.Unlock()
-	g := i.gen
-	if g < 0 {
-		g = i.s.live
-	}
-	if i.s.views[g] == nil {
-		i.s.views[g] = map[string]string{}
-	}
-	for _, r := range batch {
-		k, _ := connect.AppendJSON(nil, r.Key)
-		if r.Value == nil {
-			delete(i.s.views[g], string(k))
-			continue
-		}
-		v, _ := connect.AppendJSON(nil, r.Value)
-		i.s.views[g][string(k)] = string(v)
-	}
-	i.s.writes++
-	return nil
-}
-
-func (i *rebuildInstance) BeginRebuild(context.Context) (connect.Sink, error) {
-	i.s.mu.Lock()
-	defer i.s.mu.Unlock()
-	i.s.next++
-	return &rebuildInstance{s: i.s, gen: i.s.next}, nil
-}
-
-func (i *rebuildInstance) FinishRebuild(_ context.Context, rebuilt connect.Sink) error {
-	i.s.mu.Lock()
-	defer i.s.mu.Unlock()
-	i.s.live = rebuilt.(*rebuildInstance).gen
-	return nil
-}
-
-func (i *rebuildInstance) AbortRebuild(_ context.Context, rebuilt connect.Sink) error {
-	i.s.mu.Lock()
-	defer i.s.mu.Unlock()
-	delete(i.s.views, rebuilt.(*rebuildInstance).gen)
-	return nil
-}
-
 // A rebuild while the source keeps writing ends with a live view equal to the log's, in a
 // new generation; the sink never stopped.
 func TestRebuild(t *testing.T) {
 	log := runtimetest.NewLog()
-	view := &rebuildSink{views: map[int]map[string]string{}}
-	h := newHarness(t, log, newRegistry(t, view.plugin()), nil)
+	view := runtimetest.NewView()
+	h := newHarness(t, log, newRegistry(t, view.Plugin("view")), nil)
 	h.add("gen", "datagen", datagenConfig(3000, 200, 20, "datagen.rate", "3000", "datagen.tables", "customers"))
 	h.add("out", "view", map[string]string{"topics": "gen.inventory.customers"})
 	if _, err := h.rt.Rebuild("out"); !errors.Is(err, runtime.ErrNotRunning) {
@@ -496,10 +419,7 @@ func TestRebuild(t *testing.T) {
 	if st.State != runtime.RebuildDone || st.Replayed < 500 {
 		t.Fatalf("rebuild ended %+v", st)
 	}
-	view.mu.Lock()
-	live := view.live
-	view.mu.Unlock()
-	if live != 1 {
+	if _, live := view.Live(); live != 1 {
 		t.Fatalf("live generation %d, want 1", live)
 	}
 	// Once everything is written, the rebuilt live view equals the log folded by key.
@@ -525,7 +445,8 @@ func TestRebuild(t *testing.T) {
 		v, _ := connect.AppendJSON(nil, lr.rec.Value)
 		want[string(k)] = string(v)
 	}
-	if diff := cmp.Diff(want, view.view()); diff != "" {
+	got, _ := view.Live()
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("rebuilt view differs from the log (-want +got):\n%.2000s", diff)
 	}
 }
