@@ -308,3 +308,82 @@ func TestRetention(t *testing.T) {
 	}
 	_ = sort.Ints
 }
+
+// TestCompactionTriggers: records younger than min.compaction.lag.ms are
+// never compacted; a partition whose dirty share is under
+// min.cleanable.dirty.ratio is left alone until its oldest dirty record is
+// older than max.compaction.lag.ms.
+func TestCompactionTriggers(t *testing.T) {
+	fs := vfs.NewMem()
+	clk := newClock()
+	ctx := context.Background()
+	l := mustOpen(t, "/d", memOpts(fs, clk))
+	defer l.Close()
+	cfg := compactConfig()
+	cfg.MinCleanableDirtyRatio = 0.5
+	cfg.MaxCompactionLag = time.Hour
+	cfg.MinCompactionLag = 10 * time.Minute
+	if err := l.CreateTopic("t", cfg); err != nil {
+		t.Fatal(err)
+	}
+	appendKeys := func(from, to int) {
+		for i := from; i < to; i++ {
+			r := kv(fmt.Sprint("u", i), strings.Repeat("v", 50))
+			r.Timestamp = clk.now()
+			mustAppend(t, l, "t", 0, []Record{r}, AppendOptions{})
+		}
+	}
+	count := func() int { return len(readAllRecords(t, l, "t", 0)) }
+	p, _ := l.partition("t", 0)
+	compact := func() {
+		if _, err := p.compact(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendKeys(0, 100) // unique keys
+	appendKeys(0, 5)   // 5 updates
+	compact()
+	if n := count(); n != 105 {
+		t.Fatalf("compacted records younger than min.compaction.lag.ms: %d left, want 105", n)
+	}
+	clk.advance(11 * time.Minute)
+	compact() // all dirty, old enough
+	if n := count(); n != 100 {
+		t.Fatalf("after compaction %d records, want 100", n)
+	}
+	// 30 more updates: a small dirty share, under the ratio.
+	appendKeys(0, 30)
+	clk.advance(11 * time.Minute)
+	compact()
+	if n := count(); n != 130 {
+		t.Fatalf("compacted below min.cleanable.dirty.ratio: %d records, want 130", n)
+	}
+	// Past max.compaction.lag.ms it runs anyway.
+	clk.advance(time.Hour)
+	compact()
+	if n := count(); n >= 130 {
+		t.Fatalf("max.compaction.lag.ms did not force compaction: %d records", n)
+	}
+}
+
+// TestSegmentAgeRolls rolls the active segment once segment.ms has passed,
+// so that retention can reach old records even on a quiet partition.
+func TestSegmentAgeRolls(t *testing.T) {
+	fs := vfs.NewMem()
+	clk := newClock()
+	l := mustOpen(t, "/d", memOpts(fs, clk))
+	defer l.Close()
+	cfg := DefaultTopicConfig()
+	cfg.SegmentAge = time.Minute
+	if err := l.CreateTopic("t", cfg); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, "t", 0, []Record{kv("a", "1")}, AppendOptions{})
+	mustAppend(t, l, "t", 0, []Record{kv("a", "2")}, AppendOptions{})
+	clk.advance(2 * time.Minute)
+	mustAppend(t, l, "t", 0, []Record{kv("a", "3")}, AppendOptions{})
+	info, _ := l.Describe("t")
+	if info.Partitions[0].Segments != 2 {
+		t.Fatalf("%d segments after segment.ms passed, want 2", info.Partitions[0].Segments)
+	}
+}

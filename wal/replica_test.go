@@ -94,6 +94,14 @@ func TestReplicaLog(t *testing.T) {
 	if err := r.TruncateAfter(5); !errors.Is(err, ErrTruncateCommitted) {
 		t.Fatalf("truncate below commit: %v", err)
 	}
+	// Entry 8 is a control entry (no offset): committing it and then
+	// truncating after 7 must be refused too.
+	if err := r.Commit(8); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.TruncateAfter(7); !errors.Is(err, ErrTruncateCommitted) {
+		t.Fatalf("truncate of a committed control entry: %v", err)
+	}
 	// Truncate after 9 (crossing segment boundaries), then continue in a
 	// new term at the same offsets.
 	if err := r.TruncateAfter(9); err != nil {
