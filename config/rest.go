@@ -224,7 +224,9 @@ func (r *RESTSettings) resolveToken(res *resolver) Errors {
 
 // ResolveConfig substitutes the placeholders of one connector configuration, as the admin
 // API receives it, reading environment variables through env (nil: the process environment).
-// Each problem names its key and the placeholder, never a value.
+// Values without an ${env:...} or ${file:...} placeholder are kept as they are, so that a
+// sink's templates (${topic}, ${key}) pass through. Each problem names its key and the
+// placeholder, never a value.
 func ResolveConfig(config map[string]string, env Env) (map[string]string, []connect.FieldError) {
 	if env == nil {
 		env = os.LookupEnv
@@ -233,6 +235,10 @@ func ResolveConfig(config map[string]string, env Env) (map[string]string, []conn
 	out := make(map[string]string, len(config))
 	var errs []connect.FieldError
 	for k, v := range config {
+		if !strings.Contains(v, "${env:") && !strings.Contains(v, "${file:") {
+			out[k] = v
+			continue
+		}
 		res, _, err := r.resolve(v)
 		if err != nil {
 			errs = append(errs, connect.FieldError{Key: k, Message: err.Error()})

@@ -84,12 +84,12 @@ func TestRESTErrors(t *testing.T) {
 }
 
 func TestResolveConfig(t *testing.T) {
-	got, errs := config.ResolveConfig(map[string]string{"a": "${env:PREFIX}-x", "b": "plain", "c": "${env:NOPE}"}, lookup)
+	got, errs := config.ResolveConfig(map[string]string{"a": "${env:PREFIX}-x", "b": "plain", "c": "${env:NOPE}", "d": "${table}:${key}"}, lookup)
 	want := []connect.FieldError{{Key: "c", Message: "environment variable NOPE is not set (from ${env:NOPE})"}}
 	if diff := cmp.Diff(want, errs); diff != "" {
 		t.Fatalf("errors (-want +got):\n%s", diff)
 	}
-	if got["a"] != "demo-x" || got["b"] != "plain" {
+	if got["a"] != "demo-x" || got["b"] != "plain" || got["d"] != "${table}:${key}" {
 		t.Fatalf("resolved %v", got)
 	}
 }
