@@ -170,7 +170,7 @@ func (s *Server) noteSecrets(r *http.Request, class string, config map[string]st
 	p, _ := s.rt.Registry().Lookup(class, connect.KindSource, connect.KindSink, connect.KindTransform, connect.KindPredicate)
 	def := runtime.DefFor(p)
 	for k, v := range config {
-		if strings.Contains(v, "${") {
+		if runtime.IsPlaceholder(v) {
 			continue
 		}
 		if def.IsSecret(k) || looksSecret(k) {
@@ -180,7 +180,7 @@ func (s *Server) noteSecrets(r *http.Request, class string, config map[string]st
 	if s.opts.Resolve != nil {
 		resolved, _ := s.opts.Resolve(config)
 		for k, v := range config {
-			if strings.Contains(v, "${") {
+			if runtime.IsPlaceholder(v) {
 				sc.add(resolved[k])
 			}
 		}

@@ -185,7 +185,7 @@ func (s *Server) validate(w http.ResponseWriter, r *http.Request, pp params) err
 			vi.Errors = []string{}
 		}
 		if v, ok := written[name]; ok {
-			if k.IsSecret() && !strings.Contains(v, "${") {
+			if k.IsSecret() && !runtime.IsPlaceholder(v) {
 				v = connect.Redacted
 			}
 			vi.Value = &v

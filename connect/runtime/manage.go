@@ -133,7 +133,7 @@ func (rt *Runtime) restoreAPI(s storedConnector) *connector {
 	def := DefFor(p)
 	display := map[string]string{}
 	for k, v := range s.Config {
-		if p.Name == "" && k != KeyClass && k != KeyName && !strings.Contains(v, "${") {
+		if p.Name == "" && k != KeyClass && k != KeyName && !IsPlaceholder(v) {
 			v = connect.Redacted // without the plugin, any value may be a secret
 		}
 		display[k] = v

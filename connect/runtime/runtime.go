@@ -250,12 +250,18 @@ func (rt *Runtime) newConnector(spec ConnectorSpec) (*connector, error) {
 	return c, nil
 }
 
+// IsPlaceholder reports whether a configuration value holds an ${env:...} or ${file:...}
+// placeholder: such a value is shown as written, since it reveals nothing.
+func IsPlaceholder(v string) bool {
+	return strings.Contains(v, "${env:") || strings.Contains(v, "${file:")
+}
+
 // displayConfig is what status and API output show of a configuration as written:
 // placeholders kept, secret values written inline redacted.
 func displayConfig(def connect.ConfigDef, written map[string]string) map[string]string {
 	display := make(map[string]string, len(written))
 	for k, v := range written {
-		if def.IsSecret(k) && !strings.Contains(v, "${") {
+		if def.IsSecret(k) && !IsPlaceholder(v) {
 			v = connect.Redacted
 		}
 		display[k] = v
