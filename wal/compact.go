@@ -28,7 +28,7 @@ func (l *Log) Compact(ctx context.Context) error {
 		if !p.cfg.Compact {
 			continue
 		}
-		if _, err := p.compact(ctx); err != nil {
+		if _, err := p.compact(ctx); err != nil && !errors.Is(err, ErrClosed) {
 			errs = append(errs, err)
 		}
 	}
@@ -178,6 +178,9 @@ func (p *partition) eachBatch(s *segment, pos, limit int64, fn func(h *batchHead
 		h, err := parseBatch(b, true)
 		if err != nil {
 			return &CorruptionError{File: s.path, Offset: pos, Reason: err.Error()}
+		}
+		if p.closing.Load() {
+			return ErrClosed
 		}
 		ok, err := fn(&h, b, pos)
 		if err != nil || !ok {

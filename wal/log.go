@@ -531,6 +531,11 @@ func (l *Log) closeAll() error {
 // close makes what was written durable, writes a producer snapshot for a
 // fast reopen and closes the files.
 func (p *partition) close() error {
+	// Stop a compaction in flight and wait for it (and retention), so that
+	// nothing touches the files once Close returns and the lock is gone.
+	p.closing.Store(true)
+	p.maintMu.Lock()
+	defer p.maintMu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-cdc/sluice/wal/vfs"
@@ -59,9 +60,10 @@ type partition struct {
 
 	filesMu sync.RWMutex
 	// maintMu serialises retention and compaction, the only writers of
-	// sealed segment files.
+	// sealed segment files, and close waits for it.
 	maintMu sync.Mutex
-	bufs    sync.Pool // *batchBuilder
+	closing atomic.Bool // set by close; compaction gives up
+	bufs    sync.Pool   // *batchBuilder
 }
 
 func (p *partition) active() *segment { return p.segs[len(p.segs)-1] }
