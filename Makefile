@@ -18,8 +18,10 @@ setup:
 build:
 	$(GO) build -o $(BIN) ./cmd/sluice
 
+# The example pipeline in the foreground: MariaDB and PostgreSQL -> Elasticsearch and Redis.
+# QUICKSTART_FLAGS: e.g. -api 127.0.0.1:9083 or -dir ./quickstart-data.
 quickstart: setup build
-	./$(BIN) version
+	$(GO) run ./e2e/quickstart -bin $(BIN) $(QUICKSTART_FLAGS)
 
 vet:
 	$(GO) vet $(PKGS)
