@@ -136,7 +136,8 @@
 //     invalid bytes are the torn tail of writes never acknowledged: the file
 //     is truncated there, and the truncation fsynced, with a warning.
 //     (A power loss that persisted a later page of an unsynced write but not
-//     an earlier one is reported as corruption: the log refuses to guess.)
+//     an earlier one is reported as corruption: the log refuses to guess.
+//     Options.UnsafeTruncateCorruptTail lets an operator truncate there.)
 //  5. The producer state is loaded from the newest snapshot at or below the
 //     recovered end (snapshots above it are deleted) and the batch headers
 //     after it are applied; without a usable snapshot every header is read.

@@ -49,6 +49,13 @@ type Options struct {
 	// MaintenanceInterval is how often Run enforces retention and runs
 	// compaction; zero means 30 seconds.
 	MaintenanceInterval time.Duration
+	// UnsafeTruncateCorruptTail makes Open truncate an active segment at
+	// its first invalid batch even when valid batches follow, instead of
+	// failing with a CorruptionError. That is what a power loss that
+	// persisted a later page of an unsynced write before an earlier one
+	// looks like; but if the damage is to acknowledged data, the batches
+	// after it are lost too. For an operator who has read the error, once.
+	UnsafeTruncateCorruptTail bool
 }
 
 // Internal topics.

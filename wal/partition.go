@@ -279,9 +279,13 @@ func (p *partition) openSegment(base int64, active bool) (*segment, error) {
 			return nil, &CorruptionError{File: path, Offset: end, Reason: bad.Error()}
 		}
 		if at, ok := validBatchAfter(f, end+1, size, s.next); ok {
-			f.Close()
-			return nil, &CorruptionError{File: path, Offset: end,
-				Reason: fmt.Sprintf("%v (a valid batch follows at byte %d, so this is not a torn write)", bad, at)}
+			if !p.l.opts.UnsafeTruncateCorruptTail {
+				f.Close()
+				return nil, &CorruptionError{File: path, Offset: end,
+					Reason: fmt.Sprintf("%v (a valid batch follows at byte %d, so this is not a torn write)", bad, at)}
+			}
+			p.l.logger.Error("truncating a damaged active segment as asked: batches after the damage are lost",
+				"topic", p.topic, "partition", p.id, "segment", path, "position", end, "valid_batch_at", at)
 		}
 		p.l.logger.Warn("truncating torn tail", "topic", p.topic, "partition", p.id,
 			"segment", path, "position", end, "dropped_bytes", size-end, "reason", bad.Error())

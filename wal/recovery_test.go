@@ -143,6 +143,27 @@ func TestTailCorruptionSweep(t *testing.T) {
 	}
 }
 
+// TestUnsafeTruncateCorruptTail: damage followed by valid batches fails
+// the open, and opens only when the operator asks for the truncation.
+func TestUnsafeTruncateCorruptTail(t *testing.T) {
+	base, want, ranges := sweepSetup(t, 3, false)
+	fs := cloneMem(t, base)
+	fs.Corrupt(sweepSeg, func(b []byte) []byte { b[ranges[1][0]+20] ^= 1; return b })
+	var ce *CorruptionError
+	if _, err := Open("/d", Options{FS: fs}); !errors.As(err, &ce) {
+		t.Fatalf("open: %v, want CorruptionError", err)
+	}
+	l, err := Open("/d", Options{FS: fs, UnsafeTruncateCorruptTail: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := readAllRecords(t, l, "t", 0)
+	if d := cmp.Diff(want[:2], got); d != "" {
+		t.Fatalf("after repair (-want +got):\n%s", d)
+	}
+}
+
 // TestCleanShutdownTailCorruption flips a byte of the last batch after a
 // clean close: that batch was durable, so this is damage, not a torn
 // write, and must be reported, at open or at read.
