@@ -140,7 +140,7 @@ func (p *position) appendState(dst []byte) []byte {
 	dst = strconv.AppendUint(dst, uint64(p.Epoch), 10)
 	if s := p.Snapshot; s != nil {
 		dst = append(dst, `,"snapshot":{"lsn":"`...)
-		dst = append(dst, s.LSN.String()...)
+		dst = appendLSN(dst, s.LSN)
 		dst = append(dst, `","schema":`...)
 		dst, _ = connect.AppendJSON(dst, s.Schema)
 		dst = append(dst, `,"table":`...)
@@ -166,14 +166,14 @@ func (p *position) appendState(dst []byte) []byte {
 		return append(dst, `}}`...)
 	}
 	dst = append(dst, `,"lsn":"`...)
-	dst = append(dst, p.LSN.String()...)
+	dst = appendLSN(dst, p.LSN)
 	dst = append(dst, `","change":`...)
 	dst = strconv.AppendUint(dst, p.Change, 10)
 	dst = append(dst, `,"record":`...)
 	dst = strconv.AppendUint(dst, uint64(p.Record), 10)
 	if p.End != 0 {
 		dst = append(dst, `,"end":"`...)
-		dst = append(dst, p.End.String()...)
+		dst = appendLSN(dst, p.End)
 		dst = append(dst, '"')
 	}
 	return append(dst, '}')
@@ -234,4 +234,127 @@ func decodePosition(cp connect.Position) (position, error) {
 		}
 	}
 	return p, nil
+}
+
+// appendLSN appends an LSN as PostgreSQL prints it (%X/%X).
+func appendLSN(dst []byte, l pglogrepl.LSN) []byte {
+	dst = appendHexUpper(dst, uint64(l)>>32)
+	dst = append(dst, '/')
+	return appendHexUpper(dst, uint64(l)&0xFFFFFFFF)
+}
+
+func appendHexUpper(dst []byte, v uint64) []byte {
+	const digits = "0123456789ABCDEF"
+	var buf [16]byte
+	i := len(buf)
+	for {
+		i--
+		buf[i] = digits[v&0xF]
+		v >>= 4
+		if v == 0 {
+			break
+		}
+	}
+	return append(dst, buf[i:]...)
+}
+
+// streamPosition encodes the position of a record of the current transaction in one
+// allocation (Order and State share it); prefix is the transaction's state prefix, see
+// txStatePrefix.
+func streamPosition(epoch uint32, commit pglogrepl.LSN, change uint64, record uint16, prefix []byte) connect.Position {
+	b := make([]byte, orderLen, orderLen+len(prefix)+32)
+	binary.BigEndian.PutUint32(b, epoch)
+	b[4] = phaseStream
+	binary.BigEndian.PutUint64(b[5:], uint64(commit))
+	binary.BigEndian.PutUint64(b[13:], change<<16|uint64(record))
+	b = append(b, prefix...)
+	b = strconv.AppendUint(b, change, 10)
+	b = append(b, `,"record":`...)
+	b = strconv.AppendUint(b, uint64(record), 10)
+	b = append(b, '}')
+	return connect.Position{Order: b[:orderLen:orderLen], State: b[orderLen:]}
+}
+
+// txStatePrefix is the start of the states of a transaction's records, up to "change":.
+func txStatePrefix(epoch uint32, commit pglogrepl.LSN) []byte {
+	b := append([]byte(nil), `{"v":1,"epoch":`...)
+	b = strconv.AppendUint(b, uint64(epoch), 10)
+	b = append(b, `,"lsn":"`...)
+	b = appendLSN(b, commit)
+	return append(b, `","change":`...)
+}
+
+// snapshotStatePrefix is the start of the states of a snapshot table's rows, up to "rows":.
+func snapshotStatePrefix(epoch uint32, lsn pglogrepl.LSN, schema, table string, tableIndex uint32) []byte {
+	b := append([]byte(nil), `{"v":1,"epoch":`...)
+	b = strconv.AppendUint(b, uint64(epoch), 10)
+	b = append(b, `,"snapshot":{"lsn":"`...)
+	b = appendLSN(b, lsn)
+	b = append(b, `","schema":`...)
+	b, _ = connect.AppendJSON(b, schema)
+	b = append(b, `,"table":`...)
+	b, _ = connect.AppendJSON(b, table)
+	b = append(b, `,"table_index":`...)
+	b = strconv.AppendUint(b, uint64(tableIndex), 10)
+	return append(b, `,"rows":`...)
+}
+
+// snapshotPosition encodes the position of a snapshot row in one allocation: keyOrder is the
+// key form of the Order (nil: the counter form), key the chunk key's text values.
+func snapshotPosition(epoch, tableIndex uint32, keyOrder []byte, attempt uint32, rows uint64, prefix []byte, key [][]byte) connect.Position {
+	n := 4 + 1 + 8 + 1 + 12
+	if keyOrder != nil {
+		n = 4 + 1 + 8 + 1 + len(keyOrder)
+	}
+	size := n + len(prefix) + 48
+	for _, k := range key {
+		size += len(k) + 8
+	}
+	b := make([]byte, 0, size)
+	b = binary.BigEndian.AppendUint32(b, epoch)
+	b = append(b, phaseSnapshot)
+	b = binary.BigEndian.AppendUint64(b, uint64(tableIndex))
+	if keyOrder != nil {
+		b = append(b, 1)
+		b = append(b, keyOrder...)
+	} else {
+		b = append(b, 0)
+		b = binary.BigEndian.AppendUint32(b, attempt)
+		b = binary.BigEndian.AppendUint64(b, rows)
+	}
+	n = len(b)
+	b = append(b, prefix...)
+	b = strconv.AppendUint(b, rows, 10)
+	b = append(b, `,"key":[`...)
+	for i, k := range key {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONBytes(b, k)
+	}
+	b = append(b, ']')
+	if attempt != 0 {
+		b = append(b, `,"attempt":`...)
+		b = strconv.AppendUint(b, uint64(attempt), 10)
+	}
+	b = append(b, `}}`...)
+	return connect.Position{Order: b[:n:n], State: b[n:]}
+}
+
+// appendJSONBytes appends text (UTF-8) as a JSON string.
+func appendJSONBytes(dst, s []byte) []byte {
+	simple := true
+	for _, c := range s {
+		if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			simple = false
+			break
+		}
+	}
+	if !simple {
+		out, _ := connect.AppendJSON(dst, string(s))
+		return out
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }

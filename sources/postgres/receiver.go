@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,12 +38,10 @@ type receiver struct {
 	pinged   atomic.Bool   // the server asked for a reply (it waits for the flush, e.g. to shut down)
 	ackCh    chan struct{}
 
-	wakeMu sync.Mutex
-	wake   context.CancelFunc
-
 	// receiver goroutine only
 	sentFlush pglogrepl.LSN
 	lastSent  time.Time
+	deadline  time.Time // the read deadline set on the connection
 }
 
 // walMsg is one XLogData message: the LSN of its WAL record and the pgoutput message.
@@ -85,11 +82,9 @@ func (r *receiver) allow(lsn pglogrepl.LSN) {
 	case r.ackCh <- struct{}{}:
 	default:
 	}
-	r.wakeMu.Lock()
-	if r.wake != nil {
-		r.wake()
-	}
-	r.wakeMu.Unlock()
+	// wake a receive blocked on a quiet connection, so the new flush LSN goes out now; the
+	// receiver sets its own deadline again before its next receive
+	_ = r.conn.Conn().SetReadDeadline(time.Now())
 }
 
 const ackRateLimit = 100 * time.Millisecond
@@ -99,24 +94,31 @@ func (r *receiver) loop(ctx context.Context) error {
 	if err := r.status(false); err != nil {
 		return err
 	}
+	// ReceiveMessage runs without a context (a context per message costs more than the
+	// message); the read deadline of the connection bounds it instead, and ctx's end sets
+	// that deadline to now.
+	stop := context.AfterFunc(ctx, func() { _ = r.conn.Conn().SetReadDeadline(time.Now()) })
+	defer stop()
 	for {
 		if err := r.maybeStatus(); err != nil {
 			return err
 		}
-		rctx, cancel := context.WithDeadline(ctx, r.nextDue())
-		r.wakeMu.Lock()
-		r.wake = cancel
-		r.wakeMu.Unlock()
-		msg, err := r.conn.ReceiveMessage(rctx)
-		r.wakeMu.Lock()
-		r.wake = nil
-		r.wakeMu.Unlock()
-		cancel()
+		if due := r.nextDue(); !due.Equal(r.deadline) {
+			r.deadline = due
+			if err := r.conn.Conn().SetReadDeadline(due); err != nil {
+				return fmt.Errorf("replication stream: %w", err)
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		msg, err := r.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if pgconn.Timeout(err) || errors.Is(err, context.Canceled) {
+			if pgconn.Timeout(err) {
+				r.deadline = time.Time{} // woken: set it again
 				continue
 			}
 			return fmt.Errorf("receive from the replication stream: %w", err)

@@ -203,6 +203,7 @@ func (s *Source) stopReceiver(ctx context.Context) {
 	}
 	s.rcvCancel()
 	<-r.done
+	_ = r.conn.Conn().SetReadDeadline(time.Time{})
 	if !r.conn.IsClosed() {
 		if err := r.status(false); err != nil {
 			s.log.Debug("final standby status", "err", err)

@@ -63,6 +63,11 @@ type snapTable struct {
 	chunkRows int
 	enc       []keyEncoder // the chunk key's order-preserving encoders; nil: counter Orders
 	attempt   uint32
+
+	statePrefix []byte // of the rows' position states
+	source      any    // the source block (a connect.Row), the same for every row of the table
+	keyBuf      []byte // holds lastKey's bytes
+	orderBuf    []byte
 }
 
 // chunkQuery reads a table in key order, one chunk at a time.
@@ -239,6 +244,8 @@ WHERE a.attrelid = $1 AND a.attname = ANY ($2)`, ref.OID, keyNames)
 			st.enc = append(st.enc, e)
 		}
 	}
+	st.statePrefix = snapshotStatePrefix(s.epoch, sn.lsn, ref.Schema, ref.Name, sn.index)
+	st.source = s.sourceRow(t, sn.started.UnixMilli(), "true", nil, nil, int64(sn.lsn))
 	if r := sn.resume; r != nil && r.Schema == ref.Schema && r.Table == ref.Name {
 		st.rows = r.Rows
 		st.attempt = r.Attempt
@@ -338,36 +345,35 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 	if err != nil {
 		return connect.Record{}, err
 	}
-	key := make([][]byte, len(cur.chunk.keyCols))
-	keyText := make([]string, len(key))
-	for j, i := range cur.chunk.keyCols {
-		keyText[j] = string(vals[i])
-		key[j] = []byte(keyText[j])
+	// the chunk key, kept (in reused buffers) for the next chunk's query
+	cur.keyBuf = cur.keyBuf[:0]
+	cur.lastKey = cur.lastKey[:0]
+	for _, i := range cur.chunk.keyCols {
+		start := len(cur.keyBuf)
+		cur.keyBuf = append(cur.keyBuf, vals[i]...)
+		cur.lastKey = append(cur.lastKey, cur.keyBuf[start:len(cur.keyBuf):len(cur.keyBuf)])
 	}
 	var order []byte
 	if cur.enc != nil {
+		order = cur.orderBuf[:0]
 		for j, i := range cur.chunk.keyCols {
 			if order, err = cur.enc[j](order, vals[i]); err != nil {
 				return connect.Record{}, connect.Permanent(fmt.Errorf("snapshot of %s: %w", cur.ref, err))
 			}
 		}
+		cur.orderBuf = order
 	}
-	cur.lastKey = key
 	cur.rows++
 	cur.chunkRows++
-	after, _ := t.image()
+	after, _, key := t.imageKey()
 	ev := &event{
-		op:       connect.OpRead,
-		after:    after,
-		key:      t.keyRow(),
-		commit:   sn.started,
-		snapshot: "true",
-		lsn:      sn.lsn,
-		version:  sn.lsn,
-		pos: position{Epoch: s.epoch, Snapshot: &snapshotPos{
-			LSN: sn.lsn, Schema: cur.ref.Schema, Table: cur.ref.Name, TableIndex: sn.index, Rows: cur.rows, Key: keyText,
-			Attempt: cur.attempt, order: order,
-		}},
+		op:      connect.OpRead,
+		after:   after,
+		key:     key,
+		commit:  sn.started,
+		version: sn.lsn,
+		source:  cur.source,
+		pos:     snapshotPosition(s.epoch, sn.index, order, cur.attempt, cur.rows, cur.statePrefix, cur.lastKey),
 	}
 	s.st.events.Add(1)
 	return s.record(t, ev), nil
@@ -397,17 +403,22 @@ func (s *Source) finishSnapshot(ctx context.Context, recs []connect.Record) (con
 	return connect.Batch{Records: recs, Position: s.cur.encode()}, nil
 }
 
-// markLast sets source.snapshot to "last" in a snapshot record's value.
+// markLast sets source.snapshot to "last" in a snapshot record's value (on a copy: the
+// source block is shared by the table's rows).
 func markLast(r *connect.Record) {
 	v, ok := r.Value.(connect.Row)
 	if !ok {
 		return
 	}
 	if src, ok := v[2].Value.(connect.Row); ok {
+		src = append(connect.Row(nil), src...)
 		for i := range src {
 			if src[i].Name == "snapshot" {
 				src[i].Value = "last"
 			}
 		}
+		v = append(connect.Row(nil), v...)
+		v[2].Value = src
+		r.Value = v
 	}
 }

@@ -30,6 +30,7 @@ type Source struct {
 	phase   phase
 	snap    *snapshotter
 	stream  *streamState
+	rc      rowChange // the row change being processed, reused
 	spill   *spillDir
 	opened  connect.Position // what Open was given
 	lost    error            // the connection was lost with this error; Read reconnects
@@ -53,6 +54,10 @@ type Source struct {
 	ackEpoch uint32
 
 	st *stats
+
+	// boxed once for the records
+	boxPrefix, boxDB any
+	nowMs            any // the envelope's ts_ms: the time the current Read began
 }
 
 type phase int
@@ -80,7 +85,7 @@ func New(set *settings, env connect.Env) *Source {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{set: set, env: env, log: log, now: time.Now, st: newStats()}
+	return &Source{set: set, env: env, log: log, now: time.Now, st: newStats(), boxPrefix: set.prefix, boxDB: set.dbname}
 }
 
 // NewFromConfig parses a configuration map (the same keys as a connector's config) and
@@ -311,6 +316,7 @@ func (s *Source) startStream(ctx context.Context, from position) error {
 
 // Read returns the next batch; see connect.Source.
 func (s *Source) Read(ctx context.Context) (connect.Batch, error) {
+	s.nowMs = s.now().UnixMilli()
 	for {
 		if s.lost != nil {
 			// the connection was lost: start again after the last returned batch; a Read

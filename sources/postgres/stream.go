@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -39,6 +40,24 @@ type txState struct {
 	ts     time.Time
 	change uint64
 	skip   uint64
+
+	// made once per transaction for its records
+	prefix    []byte // of the position states
+	seqPrefix []byte // of source.sequence
+	boxTs     any    // source.ts_ms
+	boxTx     any    // source.txId
+}
+
+// newTx starts the state of a transaction.
+func (s *Source) newTx(xid uint32, commit, end pglogrepl.LSN, ts time.Time) txState {
+	st := s.stream
+	seq := append([]byte(nil), `["`...)
+	seq = strconv.AppendUint(seq, uint64(st.prevEnd), 10)
+	seq = append(seq, `","`...)
+	return txState{
+		xid: xid, commit: commit, end: end, ts: ts, skip: st.skipFor(commit),
+		prefix: txStatePrefix(s.epoch, commit), seqPrefix: seq, boxTs: ts.UnixMilli(), boxTx: int64(xid),
+	}
 }
 
 func newStreamState(resume pglogrepl.LSN, skip uint64) *streamState {
@@ -209,6 +228,15 @@ func (s *Source) handle(ctx context.Context, m walMsg, recs *[]connect.Record) e
 			return nil
 		}
 	}
+	if typ == msgInsert || typ == msgUpdate || typ == msgDelete {
+		if !st.inTx {
+			return fmt.Errorf("pgoutput: change at %s outside a transaction", m.lsn)
+		}
+		if err := parseRowChange(m.data, false, &s.rc); err != nil {
+			return connect.Permanent(fmt.Errorf("%w (at %s)", err, m.lsn))
+		}
+		return s.changeRow(&s.rc, m.lsn, recs, nil)
+	}
 	msg, err := pglogrepl.ParseV2(m.data, false)
 	if err != nil {
 		return fmt.Errorf("pgoutput: parse message %q at %s: %w", typ, m.lsn, err)
@@ -216,7 +244,7 @@ func (s *Source) handle(ctx context.Context, m walMsg, recs *[]connect.Record) e
 	switch msg := msg.(type) {
 	case *pglogrepl.BeginMessage:
 		st.inTx = true
-		st.tx = txState{xid: msg.Xid, commit: msg.FinalLSN, ts: msg.CommitTime, skip: st.skipFor(msg.FinalLSN)}
+		st.tx = s.newTx(msg.Xid, msg.FinalLSN, 0, msg.CommitTime)
 	case *pglogrepl.CommitMessage:
 		if !st.inTx {
 			return fmt.Errorf("pgoutput: commit at %s without begin", msg.CommitLSN)
@@ -224,11 +252,11 @@ func (s *Source) handle(ctx context.Context, m walMsg, recs *[]connect.Record) e
 		s.endTx(msg.TransactionEndLSN)
 	case *pglogrepl.RelationMessageV2:
 		return s.relation(ctx, &msg.RelationMessage, s.tables)
-	case *pglogrepl.InsertMessageV2, *pglogrepl.UpdateMessageV2, *pglogrepl.DeleteMessageV2, *pglogrepl.TruncateMessageV2:
+	case *pglogrepl.TruncateMessageV2:
 		if !st.inTx {
-			return fmt.Errorf("pgoutput: change at %s outside a transaction", m.lsn)
+			return fmt.Errorf("pgoutput: truncate at %s outside a transaction", m.lsn)
 		}
-		return s.change(ctx, msg, m.lsn, recs, nil)
+		return s.changeTruncate(&msg.TruncateMessage, m.lsn, recs, nil)
 	case *pglogrepl.LogicalDecodingMessageV2:
 		// a non-transactional message (a heartbeat) is decoded when its WAL record is read:
 		// every transaction committed before it has been sent
@@ -262,7 +290,7 @@ func (s *Source) handle(ctx context.Context, m walMsg, recs *[]connect.Record) e
 		return f.abortSub(msg.SubXid)
 	case *pglogrepl.StreamCommitMessageV2:
 		st.inTx = true
-		st.tx = txState{xid: msg.Xid, commit: msg.CommitLSN, end: msg.TransactionEndLSN, ts: msg.CommitTime, skip: st.skipFor(msg.CommitLSN)}
+		st.tx = s.newTx(msg.Xid, msg.CommitLSN, msg.TransactionEndLSN, msg.CommitTime)
 		f := st.open[msg.Xid]
 		delete(st.open, msg.Xid)
 		if f == nil {
@@ -292,14 +320,24 @@ func (s *Source) replayNext(ctx context.Context, recs *[]connect.Record) error {
 	if err != nil {
 		return err
 	}
+	switch data[0] {
+	case msgInsert, msgUpdate, msgDelete:
+		if err := parseRowChange(data, true, &s.rc); err != nil {
+			return connect.Permanent(fmt.Errorf("%w (spilled, at %s)", err, lsn))
+		}
+		return s.changeRow(&s.rc, lsn, recs, st.overlay)
+	}
 	msg, err := pglogrepl.ParseV2(data, true)
 	if err != nil {
 		return fmt.Errorf("pgoutput: parse spilled message %q at %s: %w", data[0], lsn, err)
 	}
-	if rel, ok := msg.(*pglogrepl.RelationMessageV2); ok {
-		return s.relation(ctx, &rel.RelationMessage, st.overlay)
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessageV2:
+		return s.relation(ctx, &m.RelationMessage, st.overlay)
+	case *pglogrepl.TruncateMessageV2:
+		return s.changeTruncate(&m.TruncateMessage, lsn, recs, st.overlay)
 	}
-	return s.change(ctx, msg, lsn, recs, st.overlay)
+	return nil
 }
 
 // endTx finishes the current transaction: the position moves past it.
@@ -309,6 +347,7 @@ func (s *Source) endTx(end pglogrepl.LSN) {
 	st.inTx = false
 	st.prevEnd = end
 	s.st.txs.Add(1)
+	s.st.behind.Store(s.now().Sub(st.tx.ts).Milliseconds())
 }
 
 // relation records a table's description.
@@ -342,30 +381,26 @@ func (s *Source) lookupTable(relid uint32, overlay map[uint32]*table) (*table, e
 	return nil, fmt.Errorf("pgoutput: change of relation %d before its Relation message", relid)
 }
 
-// tupleGetter reads column i of a pgoutput tuple.
-func tupleGetter(td *pglogrepl.TupleData) func(i int) (byte, []byte) {
+// tupleGetter reads column i of a tuple.
+func tupleGetter(cols []tupleCol) func(i int) (byte, []byte) {
 	return func(i int) (byte, []byte) {
-		c := td.Columns[i]
-		switch c.DataType {
-		case pglogrepl.TupleDataTypeText:
-			return kindText, c.Data
-		case pglogrepl.TupleDataTypeToast:
+		c := &cols[i]
+		switch c.kind {
+		case 't':
+			return kindText, c.data
+		case 'u':
 			return kindUnchanged, nil
 		}
 		return kindNull, nil
 	}
 }
 
-func checkTuple(t *table, td *pglogrepl.TupleData) error {
-	if td == nil || len(td.Columns) != len(t.cols) {
-		n := -1
-		if td != nil {
-			n = len(td.Columns)
-		}
-		return connect.Permanentf("pgoutput: %s.%s: a row of %d columns, the relation has %d", t.schema, t.name, n, len(t.cols))
+func checkTuple(t *table, cols []tupleCol) error {
+	if len(cols) != len(t.cols) {
+		return connect.Permanentf("pgoutput: %s.%s: a row of %d columns, the relation has %d", t.schema, t.name, len(cols), len(t.cols))
 	}
-	for _, c := range td.Columns {
-		if c.DataType == pglogrepl.TupleDataTypeBinary {
+	for i := range cols {
+		if cols[i].kind == 'b' {
 			return connect.Permanentf("pgoutput: %s.%s: binary column values were not asked for", t.schema, t.name)
 		}
 	}
@@ -373,59 +408,53 @@ func checkTuple(t *table, td *pglogrepl.TupleData) error {
 }
 
 // rawKey returns the key columns' text of a tuple.
-func rawKey(t *table, td *pglogrepl.TupleData) [][]byte {
+func rawKey(t *table, cols []tupleCol) [][]byte {
 	out := make([][]byte, len(t.key))
 	for j, i := range t.key {
-		out[j] = td.Columns[i].Data
+		out[j] = cols[i].data
 	}
 	return out
 }
 
-// change turns one change message into records.
-func (s *Source) change(ctx context.Context, msg pglogrepl.Message, lsn pglogrepl.LSN, recs *[]connect.Record, overlay map[uint32]*table) error {
-	st := s.stream
-	st.tx.change++
-	switch m := msg.(type) {
-	case *pglogrepl.InsertMessageV2:
-		t, err := s.lookupTable(m.RelationID, overlay)
-		if err != nil || !t.captured {
+// changeRow turns one Insert, Update or Delete into records.
+func (s *Source) changeRow(rc *rowChange, lsn pglogrepl.LSN, recs *[]connect.Record, overlay map[uint32]*table) error {
+	s.stream.tx.change++
+	t, err := s.lookupTable(rc.relid, overlay)
+	if err != nil || !t.captured {
+		return err
+	}
+	switch rc.op {
+	case msgInsert:
+		if err := checkTuple(t, rc.new); err != nil {
 			return err
 		}
-		if err := checkTuple(t, m.Tuple); err != nil {
+		if err := t.decode(tupleGetter(rc.new)); err != nil {
 			return err
 		}
-		if err := t.decode(tupleGetter(m.Tuple)); err != nil {
-			return err
-		}
-		after, unchanged := t.image()
-		s.emit(recs, t, 0, &event{op: connect.OpCreate, after: after, unchanged: unchanged, key: t.keyRow(), lsn: lsn})
-	case *pglogrepl.UpdateMessageV2:
-		t, err := s.lookupTable(m.RelationID, overlay)
-		if err != nil || !t.captured {
-			return err
-		}
+		after, unchanged, key := t.imageKey()
+		s.emit(recs, t, 0, &event{op: connect.OpCreate, after: after, unchanged: unchanged, key: key, lsn: lsn})
+	case msgUpdate:
 		var before, oldKey connect.Row
 		var oldRaw [][]byte
-		if m.OldTuple != nil {
-			if err := checkTuple(t, m.OldTuple); err != nil {
+		if rc.old != nil {
+			if err := checkTuple(t, rc.old); err != nil {
 				return err
 			}
-			if err := t.decode(tupleGetter(m.OldTuple)); err != nil {
+			if err := t.decode(tupleGetter(rc.old)); err != nil {
 				return err
 			}
 			before, _ = t.image()
 			oldKey = t.keyRow()
-			oldRaw = rawKey(t, m.OldTuple)
+			oldRaw = rawKey(t, rc.old)
 		}
-		if err := checkTuple(t, m.NewTuple); err != nil {
+		if err := checkTuple(t, rc.new); err != nil {
 			return err
 		}
-		if err := t.decode(tupleGetter(m.NewTuple)); err != nil {
+		if err := t.decode(tupleGetter(rc.new)); err != nil {
 			return err
 		}
-		after, unchanged := t.image()
-		key := t.keyRow()
-		if oldRaw != nil && t.key != nil && !sameKey(oldRaw, rawKey(t, m.NewTuple)) {
+		after, unchanged, key := t.imageKey()
+		if oldRaw != nil && t.key != nil && !sameKey(oldRaw, rawKey(t, rc.new)) {
 			// a new primary key: Debezium's delete of the old key, its tombstone, then a create
 			s.emit(recs, t, 0, &event{op: connect.OpDelete, before: before, key: oldKey, lsn: lsn})
 			s.emit(recs, t, 1, &event{op: connect.OpDelete, key: oldKey, tombstone: true, lsn: lsn})
@@ -433,32 +462,33 @@ func (s *Source) change(ctx context.Context, msg pglogrepl.Message, lsn pglogrep
 			return nil
 		}
 		s.emit(recs, t, 0, &event{op: connect.OpUpdate, before: before, after: after, unchanged: unchanged, key: key, lsn: lsn})
-	case *pglogrepl.DeleteMessageV2:
-		t, err := s.lookupTable(m.RelationID, overlay)
-		if err != nil || !t.captured {
+	case msgDelete:
+		if err := checkTuple(t, rc.old); err != nil {
 			return err
 		}
-		if err := checkTuple(t, m.OldTuple); err != nil {
-			return err
-		}
-		if err := t.decode(tupleGetter(m.OldTuple)); err != nil {
+		if err := t.decode(tupleGetter(rc.old)); err != nil {
 			return err
 		}
 		before, _ := t.image()
 		key := t.keyRow()
 		s.emit(recs, t, 0, &event{op: connect.OpDelete, before: before, key: key, lsn: lsn})
 		s.emit(recs, t, 1, &event{op: connect.OpDelete, key: key, tombstone: true, lsn: lsn})
-	case *pglogrepl.TruncateMessageV2:
-		for i, relid := range m.RelationIDs {
-			t, err := s.lookupTable(relid, overlay)
-			if err != nil {
-				return err
-			}
-			if !t.captured || i >= recordEnd {
-				continue
-			}
-			s.emit(recs, t, uint16(i), &event{op: connect.OpTruncate, lsn: lsn})
+	}
+	return nil
+}
+
+// changeTruncate emits one truncate record per captured table of a Truncate message.
+func (s *Source) changeTruncate(m *pglogrepl.TruncateMessage, lsn pglogrepl.LSN, recs *[]connect.Record, overlay map[uint32]*table) error {
+	s.stream.tx.change++
+	for i, relid := range m.RelationIDs {
+		t, err := s.lookupTable(relid, overlay)
+		if err != nil {
+			return err
 		}
+		if !t.captured || i >= recordEnd {
+			continue
+		}
+		s.emit(recs, t, uint16(i), &event{op: connect.OpTruncate, lsn: lsn})
 	}
 	return nil
 }
@@ -466,24 +496,26 @@ func (s *Source) change(ctx context.Context, msg pglogrepl.Message, lsn pglogrep
 // emit appends the record of one event of the current transaction, unless the log already
 // has it (resume) or its operation is skipped.
 func (s *Source) emit(recs *[]connect.Record, t *table, rec uint16, ev *event) {
-	st := s.stream
-	pos := position{Epoch: s.epoch, LSN: st.tx.commit, Change: st.tx.change, Record: rec}
-	if st.tx.skip != 0 && pos.index() <= st.tx.skip {
+	tx := &s.stream.tx
+	if tx.skip != 0 && tx.change<<16|uint64(rec) <= tx.skip {
 		return
 	}
 	if s.set.skip[ev.op] || ev.tombstone && !s.set.tombstones {
 		return
 	}
-	ev.pos = pos
-	ev.version = st.tx.commit
-	ev.commit = st.tx.ts
-	ev.snapshot = "false"
-	ev.txID = int64(st.tx.xid)
-	ev.sequence = sequenceOf(st.prevEnd, ev.lsn)
+	ev.pos = streamPosition(s.epoch, tx.commit, tx.change, rec, tx.prefix)
+	ev.version = tx.commit
+	ev.commit = tx.ts
+	if !ev.tombstone {
+		seq := make([]byte, 0, len(tx.seqPrefix)+24)
+		seq = append(seq, tx.seqPrefix...)
+		seq = strconv.AppendUint(seq, uint64(ev.lsn), 10)
+		seq = append(seq, `"]`...)
+		ev.source = s.sourceRow(t, tx.boxTs, "false", string(seq), tx.boxTx, int64(ev.lsn))
+	}
 	*recs = append(*recs, s.record(t, ev))
-	s.cur = pos
+	s.cur = position{Epoch: s.epoch, LSN: tx.commit, Change: tx.change, Record: rec}
 	if !ev.tombstone {
 		s.st.events.Add(1)
-		s.st.behind.Store(s.now().Sub(st.tx.ts).Milliseconds())
 	}
 }

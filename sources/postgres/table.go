@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,9 +20,11 @@ type table struct {
 	name     string
 	topic    string
 	captured bool
-	cols     []column
-	key      []int // indexes into cols of the record key columns; nil: the key is null
-	keyNames []string
+	// boxed once for the source blocks
+	boxSchema, boxName any
+	cols               []column
+	key                []int // indexes into cols of the record key columns; nil: the key is null
+	keyNames           []string
 
 	// scratch, reused row after row
 	vals []any
@@ -49,6 +50,7 @@ func (s *Source) newTable(ctx context.Context, relid uint32, schema, name string
 		topic:    s.set.prefix + "." + schema + "." + name,
 		captured: s.set.filter.table(schema, name),
 	}
+	t.boxSchema, t.boxName = t.schema, t.name
 	if !t.captured {
 		return t, nil
 	}
@@ -144,6 +146,36 @@ func (t *table) image() (connect.Row, []string) {
 	return row, unchanged
 }
 
+// imageKey returns image() and keyRow() with one allocation for both rows.
+func (t *table) imageKey() (connect.Row, []string, connect.Row) {
+	buf := make(connect.Row, 0, len(t.cols)+len(t.key))
+	var unchanged []string
+	for i := range t.cols {
+		c := &t.cols[i]
+		if !c.keep {
+			continue
+		}
+		if t.kind[i] == kindUnchanged {
+			unchanged = append(unchanged, c.name)
+			continue
+		}
+		v := t.vals[i]
+		for m := range c.masks {
+			v = c.masks[m].apply(v)
+		}
+		buf = append(buf, connect.Field{Name: c.name, Value: v})
+	}
+	img := buf[:len(buf):len(buf)]
+	if t.key == nil {
+		return img, unchanged, nil
+	}
+	key := buf[len(buf):len(buf)]
+	for _, i := range t.key {
+		key = append(key, connect.Field{Name: t.cols[i].name, Value: t.vals[i]})
+	}
+	return img, unchanged, key
+}
+
 // keyRow returns the record key of the decoded row, or nil when the table has no key.
 func (t *table) keyRow() connect.Row {
 	if t.key == nil {
@@ -156,7 +188,7 @@ func (t *table) keyRow() connect.Row {
 	return k
 }
 
-// event is what a record's value and source block are made from.
+// event is what a record is made from: its images, key, source block and position.
 type event struct {
 	op        connect.Op
 	before    connect.Row
@@ -165,16 +197,20 @@ type event struct {
 	key       connect.Row
 	tombstone bool
 
-	commit   time.Time
-	snapshot string // "true", "last", "false"
-	lsn      pglogrepl.LSN
-	txID     any
-	sequence any
-	version  pglogrepl.LSN
-	pos      position
+	lsn     pglogrepl.LSN // of the change
+	commit  time.Time
+	version pglogrepl.LSN
+	source  any // the source block: a connect.Row, boxed once where it is shared
+	pos     connect.Position
 }
 
-// record builds the connect.Record of an event.
+// opNames are the op letters as strings (constants, so that boxing them costs nothing).
+var opNames = map[connect.Op]string{
+	connect.OpCreate: "c", connect.OpUpdate: "u", connect.OpDelete: "d", connect.OpRead: "r", connect.OpTruncate: "t",
+}
+
+// record builds the connect.Record of an event. The value is ChangeEvent.Row()'s shape, built
+// directly so that the per-batch processing time is boxed once.
 func (s *Source) record(t *table, ev *event) connect.Record {
 	r := connect.Record{
 		Topic:     t.topic,
@@ -182,7 +218,7 @@ func (s *Source) record(t *table, ev *event) connect.Record {
 		Offset:    -1,
 		Timestamp: ev.commit,
 		Version:   int64(ev.version),
-		Position:  ev.pos.encode(),
+		Position:  ev.pos,
 	}
 	if ev.key != nil {
 		r.Key = ev.key
@@ -190,37 +226,42 @@ func (s *Source) record(t *table, ev *event) connect.Record {
 	if ev.tombstone {
 		return r
 	}
-	src := connect.Row{
-		{Name: "version", Value: Version},
-		{Name: "connector", Value: "postgresql"},
-		{Name: "name", Value: s.set.prefix},
-		{Name: "ts_ms", Value: ev.commit.UnixMilli()},
-		{Name: "snapshot", Value: ev.snapshot},
-		{Name: "db", Value: s.set.dbname},
-		{Name: "sequence", Value: ev.sequence},
-		{Name: "schema", Value: t.schema},
-		{Name: "table", Value: t.name},
-		{Name: "txId", Value: ev.txID},
-		{Name: "lsn", Value: int64(ev.lsn)},
-		{Name: "xmin", Value: nil},
+	r.Value = connect.Row{
+		{Name: connect.FieldBefore, Value: rowOrNil(ev.before)},
+		{Name: connect.FieldAfter, Value: rowOrNil(ev.after)},
+		{Name: connect.FieldSource, Value: ev.source},
+		{Name: connect.FieldOp, Value: opNames[ev.op]},
+		{Name: connect.FieldTsMs, Value: s.nowMs},
 	}
-	ce := connect.ChangeEvent{Op: ev.op, Before: ev.before, After: ev.after, Source: src, TsMs: s.now().UnixMilli()}
-	r.Value = ce.Row()
 	if len(ev.unchanged) > 0 {
 		r.Headers = connect.Headers{{Key: connect.HeaderUnchanged, Value: []byte(strings.Join(ev.unchanged, ","))}}
 	}
 	return r
 }
 
-// sequenceOf is Debezium's source.sequence: the JSON text of [last commit LSN, this LSN] as
-// decimal strings.
-func sequenceOf(prev, cur pglogrepl.LSN) string {
-	b := make([]byte, 0, 48)
-	b = append(b, `["`...)
-	b = strconv.AppendUint(b, uint64(prev), 10)
-	b = append(b, `","`...)
-	b = strconv.AppendUint(b, uint64(cur), 10)
-	return string(append(b, `"]`...))
+func rowOrNil(r connect.Row) any {
+	if r == nil {
+		return nil
+	}
+	return r
+}
+
+// sourceRow builds a source block (Debezium's PostgreSQL fields in Debezium's order).
+func (s *Source) sourceRow(t *table, tsMs, snapshot, sequence, txID, lsn any) connect.Row {
+	return connect.Row{
+		{Name: "version", Value: Version},
+		{Name: "connector", Value: "postgresql"},
+		{Name: "name", Value: s.boxPrefix},
+		{Name: "ts_ms", Value: tsMs},
+		{Name: "snapshot", Value: snapshot},
+		{Name: "db", Value: s.boxDB},
+		{Name: "sequence", Value: sequence},
+		{Name: "schema", Value: t.boxSchema},
+		{Name: "table", Value: t.boxName},
+		{Name: "txId", Value: txID},
+		{Name: "lsn", Value: lsn},
+		{Name: "xmin", Value: nil},
+	}
 }
 
 // sameKey reports whether two raw key texts are equal.

@@ -280,6 +280,9 @@ func (d *typeDecoders) dateDecoder() decodeFunc {
 	plan := d.m.PlanScan(pgtype.DateOID, pgtype.TextFormatCode, &pgtype.Date{})
 	iso := d.set.timeMode == "isostring"
 	return func(src []byte) (any, error) {
+		if days, ok := fastDate(src); ok && !iso {
+			return days, nil
+		}
 		var v pgtype.Date
 		if err := plan.Scan(src, &v); err != nil {
 			return nil, fmt.Errorf("date %q: %w", src, err)
@@ -405,6 +408,16 @@ func (d *typeDecoders) timestampDecoder(typmod int32, tz bool) decodeFunc {
 	if tz {
 		plan := d.m.PlanScan(pgtype.TimestamptzOID, pgtype.TextFormatCode, &pgtype.Timestamptz{})
 		return func(src []byte) (any, error) {
+			// the session's TimeZone is UTC: "2024-01-31 11:45:30.12+00" needs no parsing
+			if n := len(src); n >= 22 && src[n-3] == '+' && src[n-2] == '0' && src[n-1] == '0' {
+				if _, ok := fastTimestamp(src[:n-3]); ok {
+					b := make([]byte, 0, n-1)
+					b = append(b, src[:10]...)
+					b = append(b, 'T')
+					b = append(b, src[11:n-3]...)
+					return string(append(b, 'Z')), nil
+				}
+			}
 			var v pgtype.Timestamptz
 			if err := plan.Scan(src, &v); err != nil {
 				return nil, fmt.Errorf("timestamptz %q: %w", src, err)
@@ -420,6 +433,12 @@ func (d *typeDecoders) timestampDecoder(typmod int32, tz bool) decodeFunc {
 	}
 	plan := d.m.PlanScan(pgtype.TimestampOID, pgtype.TextFormatCode, &pgtype.Timestamp{})
 	return func(src []byte) (any, error) {
+		if us, ok := fastTimestamp(src); ok && mode != "isostring" {
+			if millis {
+				return floorDiv(us, 1000), nil
+			}
+			return us, nil
+		}
 		var v pgtype.Timestamp
 		if err := plan.Scan(src, &v); err != nil {
 			return nil, fmt.Errorf("timestamp %q: %w", src, err)
@@ -607,3 +626,78 @@ func parseClock(s string) (int64, error) {
 }
 
 var errNoType = errors.New("type not found")
+
+// fastDate reads the common date text "YYYY-MM-DD" (years 1..9999 AD) as days since the Unix
+// epoch; anything else (BC, wider years, infinity) is left to pgx.
+func fastDate(b []byte) (int64, bool) {
+	if len(b) != 10 || b[4] != '-' || b[7] != '-' {
+		return 0, false
+	}
+	y, ok1 := digits(b[0:4])
+	m, ok2 := digits(b[5:7])
+	d, ok3 := digits(b[8:10])
+	if !ok1 || !ok2 || !ok3 || y == 0 || m < 1 || m > 12 || d < 1 || d > 31 {
+		return 0, false
+	}
+	return daysFromCivil(y, m, d), true
+}
+
+// fastTimestamp reads the common timestamp text "YYYY-MM-DD HH:MM:SS[.ffffff]" as
+// microseconds since the Unix epoch.
+func fastTimestamp(b []byte) (int64, bool) {
+	if len(b) < 19 || b[10] != ' ' || b[13] != ':' || b[16] != ':' {
+		return 0, false
+	}
+	days, ok := fastDate(b[:10])
+	if !ok {
+		return 0, false
+	}
+	h, ok1 := digits(b[11:13])
+	mi, ok2 := digits(b[14:16])
+	sec, ok3 := digits(b[17:19])
+	if !ok1 || !ok2 || !ok3 || h > 24 || mi > 59 || sec > 60 {
+		return 0, false
+	}
+	var frac int64
+	if len(b) > 19 {
+		if b[19] != '.' || len(b) == 20 || len(b) > 26 {
+			return 0, false
+		}
+		f, ok := digits(b[20:])
+		if !ok {
+			return 0, false
+		}
+		for i := len(b) - 20; i < 6; i++ {
+			f *= 10
+		}
+		frac = f
+	}
+	return days*86_400_000_000 + (h*3600+mi*60+sec)*1_000_000 + frac, true
+}
+
+func digits(b []byte) (int64, bool) {
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// daysFromCivil is the number of days from 1970-01-01 to the proleptic Gregorian date y-m-d.
+func daysFromCivil(y, m, d int64) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := y / 400
+	if y < 0 && y%400 != 0 {
+		era--
+	}
+	yoe := y - era*400
+	mp := (m + 9) % 12
+	doy := (153*mp+2)/5 + d - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return era*146097 + doe - 719468
+}
