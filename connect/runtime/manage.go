@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -185,7 +187,38 @@ func (rt *Runtime) build(spec ConnectorSpec) (*connector, error) {
 		}
 	}
 	spec.Config, spec.Display = resolved, written
-	return rt.newConnector(spec)
+	c, err := rt.newConnector(spec)
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		hidePlaceholders(ce.Errors, written, resolved)
+	}
+	return c, err
+}
+
+// hidePlaceholders keeps the resolved values of placeholders out of error messages (which are
+// logged and returned by the API): "(got <value>)" shows the placeholder as written instead,
+// and any other occurrence of a value of 4 bytes or more becomes "****".
+func hidePlaceholders(errs []connect.FieldError, written, resolved map[string]string) {
+	for k, w := range written {
+		v := resolved[k]
+		if !IsPlaceholder(w) || v == "" {
+			continue
+		}
+		got := regexp.MustCompile(`\(got "?` + regexp.QuoteMeta(v) + `"?\)`)
+		for i := range errs {
+			msg := errs[i].Message
+			if errs[i].Key == k {
+				msg = got.ReplaceAllLiteralString(msg, "(got "+w+")")
+			}
+			if len(v) >= 4 {
+				msg = strings.ReplaceAll(msg, v, connect.Redacted)
+				if q := strconv.Quote(v); q[1:len(q)-1] != v {
+					msg = strings.ReplaceAll(msg, q[1:len(q)-1], connect.Redacted)
+				}
+			}
+			errs[i].Message = msg
+		}
+	}
 }
 
 // Create adds a connector defined through the API: spec.Config is the configuration as

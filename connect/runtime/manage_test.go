@@ -138,6 +138,12 @@ func TestRestoreBrokenConnector(t *testing.T) {
 	if _, c, _ := h.rt.Config("g"); c["datagen.keys"] != "${env:KEYS}" {
 		t.Fatalf("config shows %q, want the placeholder", c["datagen.keys"])
 	}
+	// A resolved value that does not validate is not shown, its placeholder is.
+	env["KEYS"] = "many-keys"
+	err := h.rt.Create(ctx, runtime.ConnectorSpec{Name: "g2", Class: "datagen", Config: cfg})
+	if err == nil || strings.Contains(err.Error(), "many-keys") || !strings.Contains(err.Error(), `datagen.keys: must be an integer (got ${env:KEYS})`) {
+		t.Fatalf("Create with a bad resolved value: %v", err)
+	}
 	delete(env, "KEYS")
 	h2 := newHarness(t, log, newRegistry(t), func(o *runtime.Options) { o.Resolve = resolve })
 	if err := h2.rt.Restore(ctx); err != nil {
