@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // bulkResponse is the part of a _bulk answer the sink reads.
@@ -122,8 +123,10 @@ func (s *Sink) settle(a *action, r *itemResult) {
 		}
 		a.err = ie
 		switch {
-		case r.Status == http.StatusNotFound && ie.Type == "index_not_found_exception":
-			// the index went away under us: Write fails, forgets it and creates it again
+		case r.Status == http.StatusNotFound && ie.Type == "index_not_found_exception",
+			r.Status == http.StatusBadRequest && strings.Contains(ie.Reason, "write index"):
+			// the index went away under us, or its alias has no write index: not the
+			// document's fault. Write fails, forgets the index and checks it again.
 			a.state, a.gone = itemRetry, true
 		case retriableStatus(r.Status):
 			a.state = itemRetry

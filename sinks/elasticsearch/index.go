@@ -84,18 +84,21 @@ func (s *Sink) createIndex(ctx context.Context, alias string, withAlias bool) (s
 			return "", err
 		}
 		_, err = s.c.do(ctx, "PUT", "/"+url.PathEscape(idx), body)
-		switch {
-		case err == nil:
+		if err == nil {
 			s.log.Info("index created", "index", idx, "alias", alias, "with_alias", withAlias)
 			return idx, nil
-		case typeOf(err) == "resource_already_exists_exception":
-			continue
-		case withAlias && (typeOf(err) == "invalid_alias_name_exception" || typeOf(err) == "invalid_index_name_exception"):
-			// the alias name exists now (another writer created it): use it
-			if ok, xerr := s.exists(ctx, alias); xerr == nil && ok {
+		}
+		if withAlias && (statusOf(err) == 400 || typeOf(err) == "illegal_state_exception") || typeOf(err) == "resource_already_exists_exception" {
+			// The alias may exist by now: a sink killed while creating it leaves its request
+			// running in the cluster. The alias is created as the write index, so a second
+			// index can never join it.
+			if ok, xerr := s.exists(ctx, alias); xerr == nil && ok && withAlias {
 				return alias, nil
 			}
-			return "", connect.Permanentf("create index %s: %w", idx, err)
+		}
+		switch {
+		case typeOf(err) == "resource_already_exists_exception":
+			continue
 		case statusOf(err) == 400:
 			return "", connect.Permanentf("create index %s (check %s and %s): %w", idx, KeyIndexMappings, KeyIndexSettings, err)
 		default:
@@ -166,7 +169,7 @@ func (s *Sink) createBody(alias string, gen int, withAlias, building bool) ([]by
 	}
 	body := map[string]any{"mappings": mappings, "settings": settings}
 	if withAlias {
-		body["aliases"] = map[string]any{alias: map[string]any{}}
+		body["aliases"] = map[string]any{alias: map[string]any{"is_write_index": true}}
 	}
 	return json.Marshal(body)
 }
@@ -268,7 +271,7 @@ func (s *Sink) FinishRebuild(ctx context.Context, rebuilt connect.Sink) error {
 	if _, err := s.c.do(ctx, "POST", "/"+url.PathEscape(strings.Join(fresh, ","))+"/_refresh", nil); err != nil {
 		return fmt.Errorf("finish rebuild: refresh: %w", err)
 	}
-	type act map[string]map[string]string
+	type act map[string]map[string]any
 	var actions []act
 	var drop []string
 	for i, name := range sorted {
@@ -276,7 +279,7 @@ func (s *Sink) FinishRebuild(ctx context.Context, rebuilt connect.Sink) error {
 		if err != nil {
 			return fmt.Errorf("finish rebuild: %w", err)
 		}
-		actions = append(actions, act{"add": {"index": fresh[i], "alias": name}})
+		actions = append(actions, act{"add": {"index": fresh[i], "alias": name, "is_write_index": true}})
 		if concrete {
 			// an index called like the alias must go in the same call
 			actions = append(actions, act{"remove_index": {"index": name}})

@@ -274,3 +274,30 @@ func recoverNonFatal() {
 		}
 	}
 }
+
+// TestCreateRace: a sink killed while it created an index leaves the request running in the
+// cluster; the next sink, which did not see the alias yet, must not put a second index behind
+// it (writes through an alias of two indices fail).
+func TestCreateRace(t *testing.T) {
+	es := sharedES(t)
+	c := newESClient(t, es.URL())
+	name := indexName(t, "db.s.t")
+	first := newTestSink(t, es.URL(), map[string]string{KeyIndex: uniqueIndex(t)})
+	ctx := testCtx(t)
+	if _, err := first.createIndex(ctx, name, true); err != nil {
+		t.Fatal(err)
+	}
+	second := newTestSink(t, es.URL(), map[string]string{KeyIndex: uniqueIndex(t)})
+	got, err := second.createIndex(ctx, name, true) // as if its existence check came too early
+	if err != nil || got != name {
+		t.Fatalf("createIndex = %q, %v; want the existing alias %q", got, err, name)
+	}
+	if idx := aliasIndices(t, c, name); len(idx) != 1 || idx[0] != name+"_v1" {
+		t.Fatalf("alias %s points at %v, want only %s_v1", name, idx, name)
+	}
+	if indexExists(t, c, name+"_v2") {
+		t.Fatalf("the refused create left %s_v2", name)
+	}
+	mustWrite(t, second, connect.Record{Topic: "db.s.t", Key: connect.Row{{Name: "id", Value: int64(1)}}, Version: 1,
+		Value: connect.Row{{Name: "id", Value: int64(1)}}})
+}
