@@ -18,6 +18,17 @@
 // errors.tolerance=all. Retriable task errors restart the task with exponential backoff;
 // permanent ones leave it FAILED with a trace that names the fix.
 //
+// Once Restore ran, connector states are durable (manage.go): connectors created through the
+// API (Create, Put) are stored in the compacted topic __sluice_connect_configs and added again
+// at the next start; connectors of pipeline files are applied from the files at every start
+// and keep only their target state (paused, stopped) and offsets generation there.
+//
+// Offsets of a STOPPED connector can be altered and reset (alter.go). A source whose offset
+// changed appends under a new producer (an offsets generation), so that the records it reads
+// again are appended rather than dropped as replays. WaitFor (wait.go) blocks until a sink's
+// view includes a source position (read-your-writes); Rebuild (rebuild.go) drives a sink's
+// connect.Rebuilder while the live task keeps writing.
+//
 // The runtime reaches the log through the small Log interface; runtimetest.Log implements it
 // in memory. Connector configurations are validated by Check against one definition: the
 // runtime-level keys of DefFor merged with the plugin's own.
