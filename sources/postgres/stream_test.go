@@ -555,3 +555,32 @@ func TestResumeFromEveryBatch(t *testing.T) {
 		})
 	}
 }
+
+// heartbeat.interval.ms writes logical messages into the WAL; the source uses them as points
+// where nothing is in flight, so the slot moves although nothing else is written.
+// heartbeat.action.query runs a statement instead (here an insert into a captured table).
+func TestHeartbeats(t *testing.T) {
+	db := newDB(t, sharedPG(t))
+	db.exec(t, "CREATE TABLE a (id int PRIMARY KEY)", "CREATE TABLE hb (id serial PRIMARY KEY, at timestamptz DEFAULT now())")
+	src := openSource(t, db.config(map[string]string{KeySnapshotMode: SnapshotNoData, KeyHeartbeatInterval: "100", KeyTableInclude: `public\.a`}), connect.Position{})
+	start := slotLSN(t, db)
+	log := newMemLog()
+	deadline := time.Now().Add(3 * time.Second)
+	readUntil(t, src, log, true, 10*time.Second, func() bool { return time.Now().After(deadline) })
+	if moved := slotLSN(t, db); moved <= start {
+		t.Fatalf("slot did not move with heartbeats: %s", moved)
+	}
+	if st := src.Stats(); st.SlotLagBytes < 0 || st.LastAckedLSN == "0/0" {
+		t.Errorf("stats %+v: want the slot lag measured and an acked LSN", st)
+	}
+	_ = src.Close(context.Background())
+
+	db2 := newDB(t, sharedPG(t))
+	db2.exec(t, "CREATE TABLE hb (id serial PRIMARY KEY)")
+	src2 := openSource(t, db2.config(map[string]string{KeySnapshotMode: SnapshotNoData, KeyHeartbeatInterval: "100", KeyHeartbeatQuery: "INSERT INTO hb DEFAULT VALUES"}), connect.Position{})
+	log2 := newMemLog()
+	readUntil(t, src2, log2, true, 10*time.Second, func() bool { return len(log2.records) >= 3 })
+	if ops := countOps(t, log2.records, "srv.public.hb"); ops["c"] < 3 {
+		t.Fatalf("heartbeat query records %v", ops)
+	}
+}
