@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,6 +113,28 @@ func (l *sinkLoader) load(n int) time.Duration {
 	return time.Since(t0)
 }
 
+// cpuSeconds returns the CPU time the Redis server and this process have used so far.
+func cpuSeconds(b *testing.B, c *goredis.Client) (redis, self float64) {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, p := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if v, ok := strings.CutPrefix(line, p); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				redis += f
+			}
+		}
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	self = float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+	return redis, self
+}
+
 // BenchmarkApply measures the sink applying one million small change events (95 % upserts of
 // hashes with five fields over 250 000 keys, 5 % deletes) with the version guard, and without
 // it (to show its cost), against a raw pipelined HSET/DEL loop with go-redis whose pipeline
@@ -141,6 +165,8 @@ func BenchmarkApply(b *testing.B) {
 		guarded := newSinkLoader(b, n/4, 500, max(best, 500), true)
 		unguarded := newSinkLoader(b, n/4, 500, max(best, 500), false)
 		var rawTime, guardTime, noGuardTime time.Duration
+		var cpu [3][2]float64 // per loader: Redis and Go CPU seconds
+		probe := raw.c
 		for done, i := 0, 0; done < n; i++ {
 			k := min(segment, n-done)
 			runs := []func(){
@@ -149,10 +175,17 @@ func BenchmarkApply(b *testing.B) {
 				func() { noGuardTime += unguarded.load(k) },
 			}
 			for j := range runs {
-				runs[(i+j)%len(runs)]()
+				l := (i + j) % len(runs)
+				r0, g0 := cpuSeconds(b, probe)
+				runs[l]()
+				r1, g1 := cpuSeconds(b, probe)
+				cpu[l][0] += r1 - r0
+				cpu[l][1] += g1 - g0
 			}
 			done += k
 		}
+		b.Logf("CPU seconds (redis, go): raw %.1f, %.1f; sink with the guard %.1f, %.1f; without it %.1f, %.1f",
+			cpu[0][0], cpu[0][1], cpu[1][0], cpu[1][1], cpu[2][0], cpu[2][1])
 		rawRate := float64(n) / rawTime.Seconds()
 		guardRate := float64(n) / guardTime.Seconds()
 		noGuardRate := float64(n) / noGuardTime.Seconds()

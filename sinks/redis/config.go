@@ -106,7 +106,7 @@ func configDef() connect.ConfigDef {
 		{Name: KeyWaitTimeout, Type: connect.TypeLong, Default: "1000", HasDefault: true, Check: connect.AtLeast(0), Group: "Data", Importance: connect.Low,
 			Doc: "Milliseconds WAIT waits for the replicas."},
 		{Name: KeyBatchSize, Type: connect.TypeInt, Default: "500", HasDefault: true, Check: connect.InRange(1, 100000), Group: "Connector", Importance: connect.Medium,
-			Doc: "The most records one server-side script call applies; the calls of one Write are pipelined."},
+			Doc: "The most records one server-side script call applies; a Write makes its calls one after the other, preparing the next while one runs."},
 		{Name: KeyMaxRetries, Type: connect.TypeInt, Default: "10", HasDefault: true, Check: connect.AtLeast(0), Group: "Connector", Importance: connect.Low,
 			Doc: "How often a Write is retried after a connection error or a busy server (OOM, LOADING, BUSY, READONLY...) before it fails and the task is restarted from the last committed offsets."},
 		{Name: KeyRetryBackoff, Type: connect.TypeLong, Default: "100", HasDefault: true, Check: connect.AtLeast(0), Group: "Connector", Importance: connect.Low,
