@@ -586,3 +586,51 @@ func TestHeartbeats(t *testing.T) {
 		t.Fatalf("heartbeat query records %v", ops)
 	}
 }
+
+// Ack and Stats run concurrently with Read, as under the runtime (run with -race).
+func TestConcurrentAck(t *testing.T) {
+	db := newDB(t, sharedPG(t))
+	db.exec(t, "CREATE TABLE c (id int PRIMARY KEY, v int)", "INSERT INTO c SELECT g, 0 FROM generate_series(1, 3000) g")
+	src := openSource(t, db.config(map[string]string{KeyMaxBatchSize: "100", KeyStatusInterval: "100"}), connect.Position{})
+	positions := make(chan connect.Position, 4)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for p := range positions {
+			if err := src.Ack(context.Background(), p); err != nil {
+				t.Error(err)
+			}
+			_ = src.Stats()
+		}
+	}()
+	log := newMemLog()
+	wrote := make(chan error, 1)
+	go func() {
+		for i := 0; i < 20; i++ {
+			if _, err := db.conn.Exec(context.Background(), fmt.Sprintf("UPDATE c SET v = v + 1 WHERE id %% 20 = %d", i)); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for len(log.records) < 6000 && time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		b, err := src.Read(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		log.add(t, b)
+		positions <- b.Position
+	}
+	close(positions)
+	<-done
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if len(log.records) < 6000 {
+		t.Fatalf("%d records", len(log.records))
+	}
+}
