@@ -242,7 +242,9 @@ func (p *partition) rewriteSegment(s *segment, keys map[string]int64, lastBatch 
 		}
 		st.RecordsRemoved += int64(h.recordCount - kept)
 		isLast := h.producerID > 0 && lastBatch[h.producerID] == h.baseOffset
-		if kept == 0 && !isLast && h.attributes&attrControl == 0 {
+		// Replication entries stay, emptied: Raft reads the log by index,
+		// so a replicated segment keeps every index.
+		if kept == 0 && !isLast && h.attributes&attrControl == 0 && h.index == 0 {
 			changed = true
 			return true, nil
 		}
@@ -350,6 +352,8 @@ func (p *partition) swapSegment(s, ns *segment, cleanedPath string) error {
 		segs[idx] = ns
 		p.segs = segs
 		s.f.Close()
+		p.layoutGen++
+		p.forgetRecentThrough(s.base)
 	} else {
 		f.Close() // closed meanwhile
 	}

@@ -571,5 +571,10 @@ func (p *partition) close() error {
 	p.filesMu.Lock()
 	p.closeFiles()
 	p.filesMu.Unlock()
+	p.stateMu.Lock()
+	if p.rstate != nil {
+		p.rstate.close()
+	}
+	p.stateMu.Unlock()
 	return err
 }

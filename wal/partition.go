@@ -53,6 +53,18 @@ type partition struct {
 	lastTerm    uint64
 	indexKnown  bool // lastIndex and lastTerm are loaded
 	commitIndex uint64
+	// rstate is the replica state file, loaded by OpenReplica. stateMu
+	// guards it; it is taken after mu when both are held.
+	stateMu sync.Mutex
+	rstate  *replicaStateStore
+	// recent locates the latest entries by replication index without I/O;
+	// recent[i].index == recent[0].index+i. Kept in step with appends,
+	// truncations, compaction swaps and retention.
+	recent []entryPos
+	// layoutGen changes whenever a sealed segment file is replaced or
+	// removed, so that a snapshot transfer reading sealed files can tell
+	// that they changed under it. It starts at a per-process random value.
+	layoutGen uint64
 
 	producers map[int64]*producerEntry
 	// cleanedTo is the offset below which this process has compacted.
@@ -80,12 +92,28 @@ func openPartition(l *Log, topic string, id int32, dir string, cfg TopicConfig) 
 		created: l.now(),
 	}
 	p.bufs.New = func() any { return &batchBuilder{} }
-	if err := p.fs.MkdirAll(dir); err != nil {
+	p.layoutGen = uint64(time.Now().UnixNano())
+	if err := p.load(); err != nil {
 		return nil, err
+	}
+	return p, nil
+}
+
+// load recovers the partition from its directory into p, whose segments,
+// producers and offsets are empty: it completes or rolls back compaction
+// swaps and snapshot installs, loads or rebuilds indexes, truncates a torn
+// tail and rebuilds the producer state.
+func (p *partition) load() error {
+	dir := p.dir
+	if err := p.fs.MkdirAll(dir); err != nil {
+		return err
+	}
+	if err := p.recoverInstall(); err != nil {
+		return err
 	}
 	names, err := p.fs.ReadDir(dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var bases, snaps []int64
 	for _, n := range names {
@@ -94,13 +122,13 @@ func openPartition(l *Log, topic string, id int32, dir string, cfg TopicConfig) 
 		case strings.HasSuffix(n, ".cleaned"), strings.HasSuffix(n, ".tmp"):
 			// An unfinished compaction output or atomic write: roll back.
 			if err := p.fs.Remove(full); err != nil {
-				return nil, err
+				return err
 			}
 		case strings.HasSuffix(n, ".log.swap"):
 			// A finished compaction output: complete the swap. Its old
 			// indexes were removed before the .swap was made.
 			if err := p.fs.Rename(full, strings.TrimSuffix(full, ".swap")); err != nil {
-				return nil, err
+				return err
 			}
 			if base, ok := parseSegmentName(strings.TrimSuffix(n, ".swap")); ok {
 				bases = append(bases, base)
@@ -114,27 +142,27 @@ func openPartition(l *Log, topic string, id int32, dir string, cfg TopicConfig) 
 		}
 	}
 	if err := p.fs.SyncDir(dir); err != nil {
-		return nil, err
+		return err
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 	bases = dedupe(bases)
 	if err := p.removeOrphanIndexes(names, bases); err != nil {
-		return nil, err
+		return err
 	}
 	if len(bases) == 0 {
 		seg, err := p.createSegment(0)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		p.segs = []*segment{seg}
-		return p, nil
+		return nil
 	}
 	for i, base := range bases {
 		last := i == len(bases)-1
 		seg, err := p.openSegment(base, last)
 		if err != nil {
 			p.closeFiles()
-			return nil, err
+			return err
 		}
 		p.segs = append(p.segs, seg)
 		if !last {
@@ -146,14 +174,14 @@ func openPartition(l *Log, topic string, id int32, dir string, cfg TopicConfig) 
 	p.hw, p.hwBase, p.hwPos = p.next, act.base, act.size
 	if err := p.rebuildProducers(snaps); err != nil {
 		p.closeFiles()
-		return nil, err
+		return err
 	}
 	// The marker describes one clean close; writes follow from now on.
 	if err := removeIfExists(p.fs, filepath.Join(dir, cleanMarker)); err != nil {
 		p.closeFiles()
-		return nil, err
+		return err
 	}
-	return p, nil
+	return nil
 }
 
 // removeOrphanIndexes removes index files whose segment is gone.

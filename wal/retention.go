@@ -65,10 +65,28 @@ func (p *partition) enforceRetention(now int64) (int, error) {
 	if drop == 0 {
 		return 0, nil
 	}
+	if p.replicated {
+		// Record the new log start (the last entry removed) before the
+		// entries go, so that Raft's term lookup at FirstIndex-1 survives.
+		var idx, term uint64
+		for i := drop - 1; i >= 0 && idx == 0; i-- {
+			var err error
+			if idx, term, err = p.lastEntryOf(p.segs[i]); err != nil {
+				return 0, err
+			}
+		}
+		if idx != 0 {
+			if err := p.setStart(idx, term); err != nil {
+				return 0, p.fail(fmt.Errorf("record log start of %s: %w", p.name(), err))
+			}
+		}
+		p.layoutGen++
+	}
 	gone := p.segs[:drop]
 	p.filesMu.Lock()
 	p.segs = append([]*segment(nil), p.segs[drop:]...)
 	p.filesMu.Unlock()
+	p.forgetRecentThrough(-1)
 	// Oldest first, indexes before data: a crash leaves a contiguous log
 	// whose first segment at worst lacks its indexes, which are rebuilt.
 	for _, s := range gone {

@@ -28,8 +28,9 @@ type segment struct {
 	timeIdx    []timeEntry
 	sinceIndex int64
 	runMaxTS   int64
-	lastIndex  uint64 // replication index of the last batch (0 when none)
+	lastIndex  uint64 // replication index of the last batch (0 when none or not read)
 	lastTerm   uint64
+	firstIdx   uint64 // replication index of the first batch (0 when none or not read)
 }
 
 func segmentName(base int64) string { return fmt.Sprintf("%020d.log", base) }
@@ -76,6 +77,9 @@ func (s *segment) noteBatch(h *batchHeader, pos int64, interval int32) {
 	s.size = pos + int64(h.size())
 	if h.index != 0 {
 		s.lastIndex, s.lastTerm = h.index, h.term
+		if pos == 0 {
+			s.firstIdx = h.index
+		}
 	}
 }
 
@@ -84,6 +88,7 @@ func (s *segment) resetIndex() {
 	s.offIdx, s.timeIdx = nil, nil
 	s.sinceIndex, s.runMaxTS, s.maxTS, s.firstTS = 0, -1, -1, -1
 	s.size, s.next = 0, s.base
+	s.lastIndex, s.lastTerm, s.firstIdx = 0, 0, 0
 }
 
 // writeIndexes persists both indexes for the segment as it is now.
