@@ -102,7 +102,6 @@ func EncodeControlBatch(baseOffset int64, term, index uint64, data []byte, now t
 	return bb.finish(&h)
 }
 
-
 // ReplicaLog is a partition's log as a replication log. Its methods may be
 // called concurrently with reads, but Append, TruncateAfter, Commit,
 // SaveHardState and InstallSnapshot must come from one goroutine (the
@@ -746,6 +745,7 @@ func (r *ReplicaLog) Config() TopicConfig { return r.p.cfg }
 
 // Name returns "topic-partition".
 func (r *ReplicaLog) Name() string { return r.p.name() }
+
 // truncateAt cuts the log at byte pos of segment si, which becomes the
 // active segment, and rebuilds what depends on the tail. Caller holds mu.
 func (p *partition) truncateAt(si int, pos, next int64) error {
