@@ -507,11 +507,11 @@ func (s *Source) emit(recs *[]connect.Record, t *table, rec uint16, ev *event) {
 	ev.version = tx.commit
 	ev.commit = tx.ts
 	if !ev.tombstone {
-		seq := make([]byte, 0, len(tx.seqPrefix)+24)
-		seq = append(seq, tx.seqPrefix...)
+		var buf [64]byte
+		seq := append(buf[:0], tx.seqPrefix...)
 		seq = strconv.AppendUint(seq, uint64(ev.lsn), 10)
 		seq = append(seq, `"]`...)
-		ev.source = s.sourceRow(t, tx.boxTs, "false", string(seq), tx.boxTx, int64(ev.lsn))
+		ev.srcTs, ev.srcSeq, ev.srcTx, ev.srcLSN = tx.boxTs, string(seq), tx.boxTx, int64(ev.lsn)
 	}
 	*recs = append(*recs, s.record(t, ev))
 	s.cur = position{Epoch: s.epoch, LSN: tx.commit, Change: tx.change, Record: rec}

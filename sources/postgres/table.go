@@ -200,8 +200,10 @@ type event struct {
 	lsn     pglogrepl.LSN // of the change
 	commit  time.Time
 	version pglogrepl.LSN
-	source  any // the source block: a connect.Row, boxed once where it is shared
+	source  any // the source block: a connect.Row, boxed once where it is shared; nil: built from src*
 	pos     connect.Position
+
+	srcTs, srcSeq, srcTx, srcLSN any // a stream record's own source fields
 }
 
 // opNames are the op letters as strings (constants, so that boxing them costs nothing).
@@ -226,13 +228,23 @@ func (s *Source) record(t *table, ev *event) connect.Record {
 	if ev.tombstone {
 		return r
 	}
-	r.Value = connect.Row{
-		{Name: connect.FieldBefore, Value: rowOrNil(ev.before)},
-		{Name: connect.FieldAfter, Value: rowOrNil(ev.after)},
-		{Name: connect.FieldSource, Value: ev.source},
-		{Name: connect.FieldOp, Value: opNames[ev.op]},
-		{Name: connect.FieldTsMs, Value: s.nowMs},
+	var env connect.Row
+	if ev.source == nil {
+		// the source block is this record's own: one allocation for both rows
+		buf := make(connect.Row, 5+12)
+		env = buf[:5:5]
+		src := buf[5:]
+		s.fillSource(src, t, ev.srcTs, "false", ev.srcSeq, ev.srcTx, ev.srcLSN)
+		env[2] = connect.Field{Name: connect.FieldSource, Value: src}
+	} else {
+		env = make(connect.Row, 5)
+		env[2] = connect.Field{Name: connect.FieldSource, Value: ev.source}
 	}
+	env[0] = connect.Field{Name: connect.FieldBefore, Value: rowOrNil(ev.before)}
+	env[1] = connect.Field{Name: connect.FieldAfter, Value: rowOrNil(ev.after)}
+	env[3] = connect.Field{Name: connect.FieldOp, Value: opNames[ev.op]}
+	env[4] = connect.Field{Name: connect.FieldTsMs, Value: s.nowMs}
+	r.Value = env
 	if len(ev.unchanged) > 0 {
 		r.Headers = connect.Headers{{Key: connect.HeaderUnchanged, Value: []byte(strings.Join(ev.unchanged, ","))}}
 	}
@@ -248,20 +260,24 @@ func rowOrNil(r connect.Row) any {
 
 // sourceRow builds a source block (Debezium's PostgreSQL fields in Debezium's order).
 func (s *Source) sourceRow(t *table, tsMs, snapshot, sequence, txID, lsn any) connect.Row {
-	return connect.Row{
-		{Name: "version", Value: Version},
-		{Name: "connector", Value: "postgresql"},
-		{Name: "name", Value: s.boxPrefix},
-		{Name: "ts_ms", Value: tsMs},
-		{Name: "snapshot", Value: snapshot},
-		{Name: "db", Value: s.boxDB},
-		{Name: "sequence", Value: sequence},
-		{Name: "schema", Value: t.boxSchema},
-		{Name: "table", Value: t.boxName},
-		{Name: "txId", Value: txID},
-		{Name: "lsn", Value: lsn},
-		{Name: "xmin", Value: nil},
-	}
+	src := make(connect.Row, 12)
+	s.fillSource(src, t, tsMs, snapshot, sequence, txID, lsn)
+	return src
+}
+
+func (s *Source) fillSource(src connect.Row, t *table, tsMs, snapshot, sequence, txID, lsn any) {
+	src[0] = connect.Field{Name: "version", Value: Version}
+	src[1] = connect.Field{Name: "connector", Value: "postgresql"}
+	src[2] = connect.Field{Name: "name", Value: s.boxPrefix}
+	src[3] = connect.Field{Name: "ts_ms", Value: tsMs}
+	src[4] = connect.Field{Name: "snapshot", Value: snapshot}
+	src[5] = connect.Field{Name: "db", Value: s.boxDB}
+	src[6] = connect.Field{Name: "sequence", Value: sequence}
+	src[7] = connect.Field{Name: "schema", Value: t.boxSchema}
+	src[8] = connect.Field{Name: "table", Value: t.boxName}
+	src[9] = connect.Field{Name: "txId", Value: txID}
+	src[10] = connect.Field{Name: "lsn", Value: lsn}
+	src[11] = connect.Field{Name: "xmin", Value: nil}
 }
 
 // sameKey reports whether two raw key texts are equal.
