@@ -106,6 +106,7 @@ func TestRebuildEndpoint(t *testing.T) {
 		}
 	}
 	e.waitTask("v", "RUNNING")
+	waitFor(t, "the sink's task to open its sink", func() bool { inst, _ := e.rt.Instance("v"); return inst != nil })
 	if r := e.do("GET", "/connectors/v/rebuild", ""); r.status != 404 {
 		t.Fatalf("rebuild status before any: %d", r.status)
 	}

@@ -456,3 +456,40 @@ func TestRebuild(t *testing.T) {
 		t.Fatalf("rebuilt view differs from the log (-want +got):\n%.2000s", diff)
 	}
 }
+
+// A sink paused while it waits for records writes nothing until it is resumed (it used to
+// write the first batch that arrived after the pause).
+func TestPauseIdleSink(t *testing.T) {
+	log := runtimetest.NewLog()
+	ctx := t.Context()
+	sink := runtimetest.NewSink()
+	h := newHarness(t, log, newRegistry(t, sink.Plugin("mem")), nil)
+	h.add("gen", "datagen", datagenConfig(0, 5, 10, "datagen.rate", "500", "datagen.tables", "customers"))
+	h.add("out", "mem", map[string]string{"topics": "gen.inventory.customers"})
+	h.start()
+	waitFor(t, "writes", func() bool { return len(sink.Records()) > 20 })
+	if err := h.rt.Stop(ctx, "gen"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sink to be idle", func() bool {
+		n := len(sink.Records())
+		return n == countRecords(t, log, "gen")
+	})
+	time.Sleep(100 * time.Millisecond) // the writer waits for input
+	if err := h.rt.Pause("out"); err != nil {
+		t.Fatal(err)
+	}
+	n := len(sink.Records())
+	if err := h.rt.Resume("gen"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "new records in the log", func() bool { return countRecords(t, log, "gen") > n+20 })
+	time.Sleep(200 * time.Millisecond)
+	if m := len(sink.Records()); m != n {
+		t.Fatalf("the paused sink wrote %d records", m-n)
+	}
+	if err := h.rt.Resume("out"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "writes after resume", func() bool { return len(sink.Records()) > n+20 })
+}

@@ -67,8 +67,11 @@ func (rt *Runtime) Rebuild(name string) (RebuildStatus, error) {
 		return *c.rebuild, fmt.Errorf("connector %s: %w", name, ErrRebuildRunning)
 	}
 	live, _ := c.instance.(connect.Sink)
-	if rs == nil || live == nil || c.task != StateRunning && c.task != StatePaused {
+	if rs == nil || c.task != StateRunning && c.task != StatePaused {
 		return RebuildStatus{}, fmt.Errorf("connector %s is %s: %w", name, c.task, ErrNotRunning)
+	}
+	if live == nil {
+		return RebuildStatus{}, fmt.Errorf("connector %s is starting (retry in a moment): %w", name, ErrNotRunning)
 	}
 	rb, ok := live.(connect.Rebuilder)
 	if !ok {

@@ -774,15 +774,16 @@ func (c *connector) runTask(ctx, force context.Context) error {
 
 // gate holds a task between batches while its connector is paused.
 type gate struct {
-	mu     sync.Mutex
-	paused bool
-	open   chan struct{} // closed while not paused
-	parked chan struct{} // closed once a task waits at the gate while paused
-	isPark bool          // parked is closed
+	mu      sync.Mutex
+	paused  bool
+	open    chan struct{} // closed while not paused
+	closing chan struct{} // closed while paused
+	parked  chan struct{} // closed once a task waits at the gate while paused
+	isPark  bool          // parked is closed
 }
 
 func newGate() *gate {
-	g := &gate{open: make(chan struct{}), parked: make(chan struct{})}
+	g := &gate{open: make(chan struct{}), closing: make(chan struct{}), parked: make(chan struct{})}
 	close(g.open)
 	return g
 }
@@ -797,9 +798,19 @@ func (g *gate) set(paused bool) {
 	if paused {
 		g.open = make(chan struct{})
 		g.parked, g.isPark = make(chan struct{}), false
+		close(g.closing)
 	} else {
 		close(g.open)
+		g.closing = make(chan struct{})
 	}
+}
+
+// closed returns a channel closed once the gate is closed (now, if it is): a task idle
+// between batches selects on it to come back to the gate instead of taking more input.
+func (g *gate) closed() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closing
 }
 
 // wait returns once the gate is open, or ctx's error.

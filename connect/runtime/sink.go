@@ -280,6 +280,10 @@ func (t *sinkTask) write(fetchCtx, ctx context.Context, in <-chan *chunk) error 
 				pending = append(pending, c)
 			case <-fetchCtx.Done():
 				return nil
+			case <-t.c.gate.closed(): // paused while idle: wait at the gate, write nothing
+				continue
+			case <-t.c.hold.closed(): // a rebuild holds the sink while it is idle
+				continue
 			}
 		}
 		// Collect up to max records, waiting up to the linger for more: bigger writes mean

@@ -136,6 +136,33 @@ func TestQuickstart(t *testing.T) {
 	checkKey(t, ctx, rdb, "orders:10005", nil)
 	checkKey(t, ctx, rdb, "shipments:502", map[string]string{"status": "delivered"})
 
+	// Rebuild both views from the log while they serve; then a new write lands in the rebuilt ones.
+	for _, view := range []string{"search", "cache"} {
+		rebuild(t, q, view)
+	}
+	idx := getJSON(t, q.esURL("mysql.inventory.customers", "1005"))["_index"]
+	if idx != "mysql.inventory.customers_v2" {
+		t.Fatalf("after the rebuild the alias points to %v, want mysql.inventory.customers_v2", idx)
+	}
+	checkDoc(t, q, "mysql.inventory.customers", "1002", map[string]any{"email": "bruno@example.org"})
+	checkNoDoc(t, q, "mysql.inventory.customers", "1004")
+	prefix, err := rdb.Get(ctx, "__sluice:cache:live").Result()
+	if err != nil || prefix == "" {
+		t.Fatalf("the cache's live pointer after the rebuild: %q %v", prefix, err)
+	}
+	checkKey(t, ctx, rdb, prefix+"customers:1005", map[string]string{"first_name": "Emil"})
+	checkKey(t, ctx, rdb, prefix+"orders:10006", map[string]string{"quantity": "3"})
+	checkKey(t, ctx, rdb, prefix+"customers:1004", nil)
+	if err := q.mariadb.Exec(ctx, "UPDATE inventory.customers SET last_name = 'Novakova' WHERE id = 1005"); err != nil {
+		t.Fatal(err)
+	}
+	pos = binlogPosition(t, ctx, q)
+	for _, view := range []string{"search", "cache"} {
+		waitView(t, q, view, "mysql-inventory", pos)
+	}
+	checkDoc(t, q, "mysql.inventory.customers", "1005", map[string]any{"last_name": "Novakova"})
+	checkKey(t, ctx, rdb, prefix+"customers:1005", map[string]string{"last_name": "Novakova"})
+
 	// The password comes from a placeholder, which the API shows as written.
 	cfg := getJSON(t, q.api+"/connectors/mysql-inventory/config")
 	if cfg["database.password"] != "${env:QUICKSTART_MYSQL_PASSWORD}" {
@@ -270,6 +297,35 @@ func waitKey(t *testing.T, ctx context.Context, rdb *goredis.Client, key string,
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %v %v, want %v", key, got, err, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// rebuild rebuilds a view through the API and waits until it is done.
+func rebuild(t *testing.T, q *quickstart, view string) {
+	t.Helper()
+	resp, err := http.Post(q.api+"/connectors/"+view+"/rebuild", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 202 {
+		t.Fatalf("rebuild %s: %d %s", view, resp.StatusCode, b)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		st := getJSON(t, q.api+"/connectors/"+view+"/rebuild")
+		switch st["state"] {
+		case "DONE":
+			t.Logf("rebuild of %s: %v", view, st)
+			return
+		case "FAILED":
+			t.Fatalf("rebuild of %s failed: %v", view, st)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rebuild of %s still %v after 2 minutes", view, st)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
