@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -247,4 +248,52 @@ func TestClient(t *testing.T) {
 	if _, err := bad.Do(ctx, "GET", "/connectors", nil, nil); err == nil || !strings.Contains(err.Error(), "401 Unauthorized: authentication required") {
 		t.Fatalf("wrong token: %v", err)
 	}
+}
+
+// Reconfiguring connectors while other requests read them is safe (run with -race).
+func TestConcurrentChanges(t *testing.T) {
+	view := runtimetest.NewView()
+	e := newEnv(t, envOptions{prepare: func(rt *runtime.Runtime) {
+		if err := rt.Registry().Register(view.Plugin("view")); err != nil {
+			t.Fatal(err)
+		}
+	}})
+	for _, body := range []string{
+		`{"name":"gen","config":{"connector.class":"datagen","topic.prefix":"c","datagen.rate":"1000"}}`,
+		`{"name":"v","config":{"connector.class":"view","topics.regex":"c\\..*"}}`,
+	} {
+		if r := e.do("POST", "/connectors", body); r.status != 201 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	}
+	e.waitTask("v", "RUNNING")
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, path := range []string{"/connectors?expand=status&expand=info", "/connectors/v/lag", "/connectors/v/offsets", "/metrics", "/connectors/v/wait?position=1&timeout=50ms", "/connectors/gen/offsets"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				e.do("GET", path, "")
+				e.do("POST", "/connectors/v/rebuild", "")
+			}
+		}()
+	}
+	for i := range 20 {
+		if r := e.do("PUT", "/connectors/v/config", fmt.Sprintf(`{"connector.class":"view","topics.regex":"c\\..*","consumer.override.max.poll.records":"%d"}`, 100+i)); r.status != 200 {
+			t.Fatalf("PUT %d: %d %s", i, r.status, r.body)
+		}
+		if r := e.do("PATCH", "/connectors/gen/config", fmt.Sprintf(`{"datagen.keys":"%d"}`, 10+i)); r.status != 200 {
+			t.Fatalf("PATCH %d: %d %s", i, r.status, r.body)
+		}
+	}
+	close(done)
+	wg.Wait()
+	e.waitTask("v", "RUNNING")
+	e.waitTask("gen", "RUNNING")
 }

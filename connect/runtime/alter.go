@@ -121,8 +121,8 @@ func (rt *Runtime) SinkOffsets(name string) (map[TopicPartition]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.Plugin.Kind != connect.KindSink {
-		return nil, fmt.Errorf("connector %s is a %s, not a sink", name, c.Plugin.Kind)
+	if k := c.checked().Plugin.Kind; k != connect.KindSink {
+		return nil, fmt.Errorf("connector %s is a %s, not a sink", name, k)
 	}
 	all, err := rt.opts.Log.FetchOffsets(SinkGroup(name))
 	if err != nil {

@@ -115,7 +115,7 @@ func (rt *Runtime) Kind(name string) (connect.Kind, error) {
 	if err != nil {
 		return "", err
 	}
-	return c.Plugin.Kind, nil
+	return c.checked().Plugin.Kind, nil
 }
 
 // Plugin returns a connector's plugin.
@@ -124,7 +124,15 @@ func (rt *Runtime) Plugin(name string) (connect.Plugin, error) {
 	if err != nil {
 		return connect.Plugin{}, err
 	}
-	return c.Plugin, nil
+	return c.checked().Plugin, nil
+}
+
+// checked returns the connector's validated configuration; Put replaces it, so callers outside
+// the task read it through here.
+func (c *connector) checked() Checked {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Checked
 }
 
 // Registry returns the runtime's plugin registry.

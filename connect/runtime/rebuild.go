@@ -55,8 +55,9 @@ func (rt *Runtime) Rebuild(name string) (RebuildStatus, error) {
 	if err != nil {
 		return RebuildStatus{}, err
 	}
-	if c.Plugin.Kind != connect.KindSink {
-		return RebuildStatus{}, fmt.Errorf("connector %s is a %s: %w", name, c.Plugin.Kind, ErrNoRebuild)
+	chk := c.checked()
+	if chk.Plugin.Kind != connect.KindSink {
+		return RebuildStatus{}, fmt.Errorf("connector %s is a %s: %w", name, chk.Plugin.Kind, ErrNoRebuild)
 	}
 	rt.mu.Lock()
 	rs := rt.run
@@ -75,7 +76,7 @@ func (rt *Runtime) Rebuild(name string) (RebuildStatus, error) {
 	}
 	rb, ok := live.(connect.Rebuilder)
 	if !ok {
-		return RebuildStatus{}, fmt.Errorf("connector %s (%s): %w", name, c.Plugin.Name, ErrNoRebuild)
+		return RebuildStatus{}, fmt.Errorf("connector %s (%s): %w", name, chk.Plugin.Name, ErrNoRebuild)
 	}
 	st := &RebuildStatus{State: RebuildRunning, Phase: "replay", Started: time.Now()}
 	c.rebuild = st
@@ -84,7 +85,7 @@ func (rt *Runtime) Rebuild(name string) (RebuildStatus, error) {
 	go func() {
 		defer rs.wg.Done()
 		defer cancel()
-		r := &rebuild{c: c, live: live, rb: rb, st: st}
+		r := &rebuild{c: c, chk: chk, live: live, rb: rb, st: st}
 		r.run(ctx, rs.force)
 	}()
 	return *st, nil
@@ -106,6 +107,7 @@ func (rt *Runtime) RebuildState(name string) (RebuildStatus, bool, error) {
 
 type rebuild struct {
 	c    *connector
+	chk  Checked // the configuration the rebuild began with
 	live connect.Sink
 	rb   connect.Rebuilder
 	st   *RebuildStatus // guarded by c.mu
@@ -158,11 +160,14 @@ func (r *rebuild) replayAll(ctx, force context.Context) (err error) {
 	if err := fresh.Open(ctx); err != nil {
 		return fmt.Errorf("open rebuilt sink: %w", err)
 	}
+	// The replay decodes and transforms with the configuration the rebuild began with (a task
+	// built for it, never run).
+	rc := &connector{rt: c.rt, Checked: r.chk, logger: c.logger}
 	t := &sinkTask{
-		c: c, log: c.rt.opts.Log, sink: fresh, group: SinkGroup(c.Name),
+		c: rc, log: c.rt.opts.Log, sink: fresh, group: SinkGroup(r.chk.Name),
 		// The live task counted (and dead-lettered) the records it rejected already.
-		policy: newErrorPolicy(c.Name, c.Config, c.logger, new(atomic.Int64)),
-		max:    int(c.Config.Int(KeyMaxPollRecords)),
+		policy: newErrorPolicy(r.chk.Name, r.chk.Config, c.logger, new(atomic.Int64)),
+		max:    int(r.chk.Config.Int(KeyMaxPollRecords)),
 		commit: map[TopicPartition]int64{},
 	}
 	// Phase 1: replay up to the live task's offsets, while it keeps writing.
@@ -209,7 +214,7 @@ func (r *rebuild) replayAll(ctx, force context.Context) (err error) {
 // starts returns the log start of every partition of the connector's topics.
 func (r *rebuild) starts() (map[TopicPartition]int64, error) {
 	log := r.c.rt.opts.Log
-	match := r.c.topicMatcher()
+	match := topicMatcher(r.chk.Config)
 	out := map[TopicPartition]int64{}
 	for _, topic := range log.Topics() {
 		if !match(topic) {
@@ -357,7 +362,7 @@ func (r *rebuild) write(ctx context.Context, t *sinkTask, ch *chunk) (int, error
 // restarts would) until ctx ends.
 func (r *rebuild) writeRetrying(ctx context.Context, sink connect.Sink, batch []connect.Record) error {
 	backoff := r.c.rt.opts.InitialBackoff
-	maxDelay := max(r.c.Config.Millis(KeyRetryDelayMax), backoff)
+	maxDelay := max(r.chk.Config.Millis(KeyRetryDelayMax), backoff)
 	for {
 		err := sink.Write(ctx, batch)
 		var we *connect.WriteError

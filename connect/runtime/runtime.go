@@ -561,7 +561,7 @@ func (rt *Runtime) SourceOffset(ctx context.Context, name string) (connect.Posit
 	if err != nil {
 		return connect.Position{}, err
 	}
-	if c.Plugin.Kind != connect.KindSource {
+	if c.checked().Plugin.Kind != connect.KindSource {
 		return connect.Position{}, fmt.Errorf("connector %s is a sink", name)
 	}
 	return committedPosition(ctx, rt.opts.Log, name, nil)

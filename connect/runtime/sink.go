@@ -133,11 +133,11 @@ func (t *sinkTask) run(ctx, force context.Context) error {
 }
 
 // matcher returns which topics the connector consumes.
-func (t *sinkTask) matcher() func(string) bool { return t.c.topicMatcher() }
+func (t *sinkTask) matcher() func(string) bool { return topicMatcher(t.c.Config) }
 
-// topicMatcher returns which topics a sink connector consumes.
-func (c *connector) topicMatcher() func(string) bool {
-	if re := c.Config.String(KeyTopicsRegex); re != "" {
+// topicMatcher returns which topics a sink connector with configuration cfg consumes.
+func topicMatcher(cfg connect.Config) func(string) bool {
+	if re := cfg.String(KeyTopicsRegex); re != "" {
 		rx := regexp.MustCompile("^(?:" + re + ")$")
 		internalOK := strings.HasPrefix(re, "__")
 		return func(name string) bool {
@@ -145,7 +145,7 @@ func (c *connector) topicMatcher() func(string) bool {
 		}
 	}
 	want := map[string]bool{}
-	for _, name := range c.Config.List(KeyTopics) {
+	for _, name := range cfg.List(KeyTopics) {
 		want[name] = true
 	}
 	return func(name string) bool { return want[name] }

@@ -60,10 +60,11 @@ func (rt *Runtime) WaitFor(ctx context.Context, sink, source, position string) (
 	if err != nil {
 		return WaitResult{}, err
 	}
-	if sc.Plugin.Kind != connect.KindSink {
-		return WaitResult{}, &WaitError{Msg: fmt.Sprintf("connector %s is a %s: wait on the sink connector whose view you read", sink, sc.Plugin.Kind)}
+	sChk := sc.checked()
+	if sChk.Plugin.Kind != connect.KindSink {
+		return WaitResult{}, &WaitError{Msg: fmt.Sprintf("connector %s is a %s: wait on the sink connector whose view you read", sink, sChk.Plugin.Kind)}
 	}
-	src, target, err := rt.waitSource(sc, source, position)
+	src, target, err := rt.waitSource(sChk, source, position)
 	if err != nil {
 		return WaitResult{}, err
 	}
@@ -90,7 +91,7 @@ func (rt *Runtime) WaitFor(ctx context.Context, sink, source, position string) (
 	}
 	// Step 2: the sink.
 	ends := map[TopicPartition]int64{}
-	match := sc.topicMatcher()
+	match := topicMatcher(sChk.Config)
 	for _, topic := range rt.opts.Log.Topics() {
 		if !match(topic) {
 			continue
@@ -192,16 +193,17 @@ func (rt *Runtime) sourcePosition(ctx context.Context, c *connector) (connect.Po
 }
 
 // waitSource finds the source connector of a wait and parses its position.
-func (rt *Runtime) waitSource(sink *connector, source, position string) (*connector, func(connect.Position) bool, error) {
+func (rt *Runtime) waitSource(sink Checked, source, position string) (*connector, func(connect.Position) bool, error) {
 	if source != "" {
 		c, err := rt.get(source)
 		if err != nil {
 			return nil, nil, err
 		}
-		if c.Plugin.Kind != connect.KindSource {
-			return nil, nil, &WaitError{Msg: fmt.Sprintf("source: connector %s is a %s, not a source", source, c.Plugin.Kind)}
+		p := c.checked().Plugin
+		if p.Kind != connect.KindSource {
+			return nil, nil, &WaitError{Msg: fmt.Sprintf("source: connector %s is a %s, not a source", source, p.Kind)}
 		}
-		t, err := ParseWaitTarget(c.Plugin.Name, position)
+		t, err := ParseWaitTarget(p.Name, position)
 		if err != nil {
 			return nil, nil, &WaitError{Msg: "position: " + err.Error()}
 		}
@@ -215,10 +217,14 @@ func (rt *Runtime) waitSource(sink *connector, source, position string) (*connec
 	var reasons []string
 	for _, name := range rt.Names() {
 		c, err := rt.get(name)
-		if err != nil || c.Plugin.Kind != connect.KindSource {
+		if err != nil {
 			continue
 		}
-		t, err := ParseWaitTarget(c.Plugin.Name, position)
+		p := c.checked().Plugin
+		if p.Kind != connect.KindSource {
+			continue
+		}
+		t, err := ParseWaitTarget(p.Name, position)
 		if err != nil {
 			reasons = append(reasons, name+": "+err.Error())
 			continue
@@ -226,7 +232,7 @@ func (rt *Runtime) waitSource(sink *connector, source, position string) (*connec
 		all = append(all, cand{c, t})
 	}
 	if len(all) > 1 {
-		match := sink.topicMatcher()
+		match := topicMatcher(sink.Config)
 		var feeding []cand
 		for _, x := range all {
 			topics, _ := rt.ActiveTopics(x.c.Name)
