@@ -165,20 +165,29 @@ func jsonOf(t *testing.T, v any) any {
 	return out
 }
 
-// esView reads the three indices: "<table>/<id>" → document.
+// esView reads the three indices (the default index: the topic) after a refresh:
+// "<table>/<id>" → document.
 func esView(t *testing.T, url string) (map[string]any, error) {
+	return esSearch(url, "kill", true)
+}
+
+// esSearch reads the indices of the topics with the prefix: "<table>/<id>" → document; with
+// refresh, after refreshing them.
+func esSearch(url, prefix string, refresh bool) (map[string]any, error) {
 	out := map[string]any{}
 	for _, table := range datagen.Tables {
-		idx := "kill.inventory." + table // the default index: the topic
-		resp, err := http.Post(url+"/"+idx+"/_refresh", "application/json", nil)
-		if err != nil {
-			return nil, err
+		idx := prefix + ".inventory." + table
+		if refresh {
+			resp, err := http.Post(url+"/"+idx+"/_refresh", "application/json", nil)
+			if err != nil {
+				return nil, err
+			}
+			resp.Body.Close()
+			if resp.StatusCode == 404 {
+				continue
+			}
 		}
-		resp.Body.Close()
-		if resp.StatusCode == 404 {
-			continue
-		}
-		resp, err = http.Post(url+"/"+idx+"/_search", "application/json", strings.NewReader(`{"size":10000}`))
+		resp, err := http.Post(url+"/"+idx+"/_search", "application/json", strings.NewReader(`{"size":10000}`))
 		if err != nil {
 			return nil, err
 		}
@@ -199,6 +208,9 @@ func esView(t *testing.T, url string) (map[string]any, error) {
 			return nil, err
 		}
 		for _, h := range res.Hits.Hits {
+			if _, dup := out[table+"/"+h.ID]; dup {
+				return nil, fmt.Errorf("search %s: document %s found twice", idx, h.ID)
+			}
 			var v any
 			if err := json.Unmarshal(h.Source, &v); err != nil {
 				return nil, err
@@ -254,10 +266,7 @@ func TestKillLoop(t *testing.T) {
 	es, rd := servers(t)
 	n := kills(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sluice-cdc/sluice/cmd/sluice").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildSluice(t, dir)
 	cfg := filepath.Join(dir, "pipeline.yaml")
 	if err := os.WriteFile(cfg, []byte(pipeline(dir, es.URL(), rd.Addr())), 0o644); err != nil {
 		t.Fatal(err)
@@ -331,6 +340,16 @@ func TestKillLoop(t *testing.T) {
 		t.Fatalf("final graceful stop: %v\n%s", err, tail(logPath))
 	}
 	t.Logf("%d rows in both views equal the source after %d kills", len(wantES), n)
+}
+
+// buildSluice builds the binary into dir.
+func buildSluice(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/sluice-cdc/sluice/cmd/sluice").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 type proc struct {
