@@ -324,7 +324,13 @@ func fold(t testing.TB, recs []connect.Record, topic string) map[string]string {
 // columns are integers and text).
 func tableState(t testing.TB, db *testDB, table string) map[string]string {
 	t.Helper()
-	rows, err := db.conn.Query(testCtx(t), fmt.Sprintf(`SELECT json_build_object('id', id)::text, row_to_json(x)::text FROM %s x ORDER BY id`, table))
+	return tableStateQuery(t, db, fmt.Sprintf(`SELECT json_build_object('id', id)::text, row_to_json(x)::text FROM %s x ORDER BY id`, table))
+}
+
+// tableStateQuery is tableState with a query that returns the key's JSON and the row's JSON.
+func tableStateQuery(t testing.TB, db *testDB, query string) map[string]string {
+	t.Helper()
+	rows, err := db.conn.Query(testCtx(t), query)
 	if err != nil {
 		t.Fatal(err)
 	}
