@@ -17,6 +17,10 @@
 //     permanent error that says what to do, or, with snapshot.mode=when_needed, a new slot
 //     and a new snapshot under a new epoch.
 //
+// After a crash during the snapshot, the snapshot goes on after the last stored row in a new
+// REPEATABLE READ transaction, and the stream still starts at the slot's consistent point, so
+// every change since then is replayed over the rows read later.
+//
 // Read returns bounded batches (max.batch.size); a transaction larger than that spans
 // several batches, each ending with a position inside the transaction. With pgoutput
 // protocol 2 the server streams large transactions while they run; their changes are
@@ -26,10 +30,15 @@
 // # Positions, versions and acknowledgements
 //
 // A record's Position (see position.go) orders records by epoch, phase (snapshot before
-// stream), table and row for the snapshot, and commit LSN and index in the transaction for
-// the stream; resuming from it skips exactly the records before it, also in the middle of a
-// transaction. Record.Version is the transaction's commit LSN (the slot's consistent point for
-// snapshot rows): it is equal for the changes of one transaction and grows in commit order.
+// stream), table and row key for the snapshot, and commit LSN and index in the transaction
+// for the stream; resuming from it skips exactly the records before it, also in the middle of
+// a transaction. A snapshot row's Order is its key, encoded so that byte order is the key's
+// order (keyorder.go): a snapshot resumed after a crash reads a newer MVCC snapshot, in which
+// rows may have come and gone, and still gives every row the Order it had before, so the
+// runtime's replay rule writes each row once. Tables whose key types have no such encoding
+// number their rows per attempt instead (the rows in flight at a crash are written again).
+// Record.Version is the transaction's commit LSN (the slot's consistent point for snapshot
+// rows): it is equal for the changes of one transaction and grows in commit order.
 //
 // The slot is told that a WAL position is flushed only when Ack says the log holds every
 // record before it, so after any crash the server still has everything the log lacks. A
