@@ -283,8 +283,9 @@ func (rt *Runtime) Put(ctx context.Context, spec ConnectorSpec) (created bool, e
 		return false, err
 	}
 	c.mu.Lock()
-	c.Checked, c.class, c.display, c.written, c.broken = next.Checked, next.class, next.display, next.written, nil
-	c.logger = next.logger
+	// The name (and so the logger) stays; the rest is replaced.
+	c.Plugin, c.Config, c.Chain = next.Plugin, next.Config, next.Chain
+	c.class, c.display, c.written, c.broken = next.class, next.display, next.written, nil
 	if c.task == StateFailed || c.task == StateRestarting {
 		c.task, c.trace = StateUnassigned, ""
 	}
