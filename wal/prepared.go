@@ -162,3 +162,23 @@ func ParseOffsetCommit(r Record) (group string, tp TopicPartition, offset int64,
 	}
 	return group, tp, int64(binary.BigEndian.Uint64(r.Value[1:])), false, nil
 }
+
+// BatchPlace is where a batch's header puts it.
+type BatchPlace struct {
+	BaseOffset int64
+	NextOffset int64 // BaseOffset for a control batch
+	Term       uint64
+	Index      uint64
+	Control    bool
+	Size       int
+}
+
+// PeekBatch reads the placement fields of the batch header at the start
+// of b without verifying the batch (ReplicaLog.Append verifies it).
+func PeekBatch(b []byte) (BatchPlace, bool) {
+	h, ok := peekHeader(b)
+	if !ok {
+		return BatchPlace{}, false
+	}
+	return BatchPlace{BaseOffset: h.baseOffset, NextOffset: h.next, Term: h.term, Index: h.index, Control: h.control, Size: h.size}, true
+}

@@ -811,3 +811,12 @@ func (p *partition) truncateAt(si int, pos, next int64) error {
 	p.producers = map[int64]*producerEntry{}
 	return p.rebuildProducers(snaps)
 }
+
+// HighWatermark returns the committed end: the offset after the last
+// committed record.
+func (r *ReplicaLog) HighWatermark() int64 {
+	p := r.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hw
+}
