@@ -126,6 +126,10 @@ func (d *typeDecoders) build(ctx context.Context, oid uint32, typmod int32, dept
 		}
 		var err error
 		if info, err = d.lookup(ctx, oid); err != nil {
+			if errors.Is(err, errNoType) {
+				// dropped since: its values still arrive as text
+				return decodeText, nil
+			}
 			return nil, fmt.Errorf("look up type %d: %w", oid, err)
 		}
 		d.infos[oid] = info
