@@ -122,3 +122,15 @@ func TestPrintingHidesResolvedValues(t *testing.T) {
 		t.Fatal("Resolved does not reveal the value")
 	}
 }
+
+// A plugin's own templates (${topic}, ${key}) are not placeholders: they pass through, also
+// next to a real placeholder in the same value.
+func TestTemplatesPassThrough(t *testing.T) {
+	p, err := config.OpenBytes("p.yaml", []byte("log:\n  dir: /x\nconnectors:\n  - name: gen\n    class: datagen\n    config:\n      topic.prefix: ${topic}-${env:BAD_KEYS}-${key}\n"), lookup, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Connectors[0].Resolved()["topic.prefix"]; got != "${topic}-s3cr3t-value-${key}" {
+		t.Fatalf("resolved to %q", got)
+	}
+}

@@ -66,6 +66,11 @@ func scan(v string) ([]placeholder, error) {
 			}
 			ph.provider, ph.path, ph.key = "file", rest[:k], rest[k+1:]
 		default:
+			if !strings.Contains(body, ":") {
+				// not a placeholder: a plugin's own template such as ${topic} or ${key}
+				i = end
+				continue
+			}
 			return nil, fmt.Errorf("unknown placeholder %q: want ${env:NAME} or ${file:/path:key}", v[start:end])
 		}
 		out = append(out, ph)
