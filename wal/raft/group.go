@@ -394,6 +394,12 @@ func (g *group) installSnapshot(s *pb.Snapshot) error {
 	}
 	g.st.cache.reset()
 	g.entriesRemovedAfter(sd.Snap.Index)
+	// The snapshot covers the other proposals of this node: whether their
+	// entries or a newer leader's are in it is not known here.
+	for i, p := range g.pending {
+		delete(g.pending, i)
+		p.reply(proposalResult{err: fmt.Errorf("%s: %w: replaced by a snapshot", g.key, ErrOutcomeUnknown)})
+	}
 	return nil
 }
 

@@ -416,32 +416,44 @@ func (l *Log) fetchSnapshot(ctx context.Context, g *group, m *pb.Message) {
 }
 
 func (l *Log) fetchSegments(ctx context.Context, g *group, sd snapData, st *stagedSnapshot) error {
+	return stageSegments(g.rl, sd.Snap, st, func(base, off int64, n int) ([]byte, error) {
+		cctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
+		defer cancel()
+		e := enc{}
+		putTimeout(&e, cctx)
+		e.str(g.key.topic)
+		e.u32(uint32(g.key.part))
+		e.u64(sd.Snap.Layout)
+		e.i64(base)
+		e.i64(off)
+		e.u32(uint32(n))
+		body, err := l.tr.call(cctx, sd.From, opSnapshotChunk, e.b)
+		if err != nil {
+			return nil, fmt.Errorf("from node %d: %w", sd.From, err)
+		}
+		d := dec{b: body}
+		b := d.bytes()
+		return b, d.err
+	})
+}
+
+// stageSegments copies the segments of snap into staged files of rl,
+// reading them with read (base, offset, max bytes), and verifies them.
+func stageSegments(rl *wal.ReplicaLog, snap wal.Snapshot, st *stagedSnapshot, read func(base, off int64, n int) ([]byte, error)) error {
 	const chunk = 1 << 20
-	for _, seg := range sd.Snap.Segments {
-		s, err := g.rl.StageSegment(seg.Base)
+	for _, seg := range snap.Segments {
+		s, err := rl.StageSegment(seg.Base)
 		if err != nil {
 			return err
 		}
 		st.segs = append(st.segs, s)
 		for off := int64(0); off < seg.Size; {
-			cctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
-			e := enc{}
-			putTimeout(&e, cctx)
-			e.str(g.key.topic)
-			e.u32(uint32(g.key.part))
-			e.u64(sd.Snap.Layout)
-			e.i64(seg.Base)
-			e.i64(off)
-			e.u32(chunk)
-			body, err := l.tr.call(cctx, sd.From, opSnapshotChunk, e.b)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("fetch segment %d at %d from node %d: %w", seg.Base, off, sd.From, err)
+			b, err := read(seg.Base, off, chunk)
+			if err == nil && len(b) == 0 {
+				err = errors.New("no bytes")
 			}
-			d := dec{b: body}
-			b := d.bytes()
-			if d.err != nil || len(b) == 0 {
-				return fmt.Errorf("fetch segment %d at %d from node %d: %w", seg.Base, off, sd.From, errors.Join(d.err, errors.New("no bytes")))
+			if err != nil {
+				return fmt.Errorf("fetch segment %d at %d: %w", seg.Base, off, err)
 			}
 			if err := s.Write(b); err != nil {
 				return err

@@ -1,0 +1,588 @@
+package raft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	etcdraft "go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-cdc/sluice/wal"
+	"github.com/sluice-cdc/sluice/wal/vfs"
+)
+
+// The scenario tests run real Raft groups over real partition logs (on
+// in-memory file systems) with a scripted network: every message goes
+// through a queue the test delivers, drops, cuts or holds, and time moves
+// only by explicit ticks. No goroutines, no sleeps.
+
+type simNode struct {
+	id   uint64
+	fs   *vfs.Mem
+	l    *wal.Log
+	g    *group
+	down bool
+}
+
+type simMsg struct {
+	key groupKey
+	m   *pb.Message
+}
+
+type sim struct {
+	t     *testing.T
+	cfg   Config
+	tcfg  wal.TopicConfig
+	nodes map[uint64]*simNode
+	ids   []uint64
+	queue []simMsg
+	cut   map[[2]uint64]bool // from, to: dropped
+	hold  map[uint64]bool    // to: kept aside until released
+	held  []simMsg
+	now   time.Time
+	// drop, when set, drops the messages it returns true for.
+	drop func(m *pb.Message) bool
+}
+
+type simSender struct {
+	s    *sim
+	from uint64
+}
+
+// send queues messages, checking Raft's persistence rule on the way out:
+// a node sends nothing in a term it has not saved, grants no vote it has
+// not saved, and acknowledges no entry it has not fsynced.
+func (ss simSender) send(key groupKey, msgs []*pb.Message) []uint64 {
+	nd := ss.s.nodes[ss.from]
+	st := nd.g.rl.State()
+	last, _, _ := nd.g.rl.Last()
+	for _, m := range msgs {
+		switch m.GetType() {
+		case pb.MsgPreVote, pb.MsgPreVoteResp:
+		default:
+			if m.GetTerm() > st.Term {
+				ss.s.t.Errorf("node %d sent %v in term %d before saving it (saved term %d)", ss.from, m.GetType(), m.GetTerm(), st.Term)
+			}
+		}
+		if m.GetType() == pb.MsgVoteResp && !m.GetReject() && (st.Vote != m.GetTo() || st.Term != m.GetTerm()) {
+			ss.s.t.Errorf("node %d granted its vote to %d in term %d before saving it (saved %d in term %d)", ss.from, m.GetTo(), m.GetTerm(), st.Vote, st.Term)
+		}
+		if m.GetType() == pb.MsgAppResp && !m.GetReject() && m.GetIndex() > last {
+			ss.s.t.Errorf("node %d acknowledged entry %d with only %d persisted", ss.from, m.GetIndex(), last)
+		}
+		ss.s.queue = append(ss.s.queue, simMsg{key, proto.Clone(m).(*pb.Message)})
+	}
+	return nil
+}
+
+func newSim(t *testing.T, n int, tcfg wal.TopicConfig) *sim {
+	s := &sim{t: t, nodes: map[uint64]*simNode{}, cut: map[[2]uint64]bool{}, hold: map[uint64]bool{},
+		tcfg: tcfg, now: time.UnixMilli(1_700_000_000_000)}
+	s.cfg = Config{ElectionTicks: 10, HeartbeatTicks: 1, Logger: testLogger(t)}
+	s.cfg.setDefaults()
+	s.cfg.CommitCheckpoint = time.Hour
+	for i := 1; i <= n; i++ {
+		s.ids = append(s.ids, uint64(i))
+	}
+	for _, id := range s.ids {
+		nd := &simNode{id: id, fs: vfs.NewMem()}
+		s.nodes[id] = nd
+		s.open(nd, true)
+	}
+	t.Cleanup(func() {
+		for _, nd := range s.nodes {
+			if !nd.down {
+				nd.l.Close()
+			}
+		}
+	})
+	return s
+}
+
+func (s *sim) open(nd *simNode, create bool) {
+	s.t.Helper()
+	l, err := wal.Open("/d", wal.Options{FS: nd.fs, Clock: func() time.Time { return s.now }})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if create {
+		if err := l.CreateTopic(memTopic, s.tcfg); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	rl, err := l.OpenReplica(memTopic, 0)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	g, err := newGroup(groupKey{memTopic, 0}, nd.id, s.ids, &s.cfg, rl, simSender{s, nd.id}, s.cfg.Logger.With("node", nd.id))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	g.now = func() time.Time { return s.now }
+	nd.l, nd.g, nd.down = l, g, false
+}
+
+// crash loses the node's process: what it did not fsync is lost (torn).
+func (s *sim) crash(id uint64) {
+	nd := s.nodes[id]
+	nd.down = true
+	nd.fs.Crash(vfs.CrashOptions{Tear: true})
+	nd.l.Close()
+}
+
+func (s *sim) restart(id uint64) { s.open(s.nodes[id], false) }
+
+func (s *sim) process(nd *simNode) {
+	s.t.Helper()
+	if err := nd.g.processReady(); err != nil {
+		s.t.Fatalf("node %d: %v", nd.id, err)
+	}
+}
+
+// deliver delivers queued messages until none is left.
+func (s *sim) deliver() {
+	s.t.Helper()
+	for n := 0; len(s.queue) > 0; n++ {
+		if n > 100000 {
+			s.t.Fatal("messages never settle")
+		}
+		sm := s.queue[0]
+		s.queue = s.queue[1:]
+		from, to := sm.m.GetFrom(), sm.m.GetTo()
+		nd := s.nodes[to]
+		switch {
+		case nd == nil || nd.down || s.nodes[from].down || s.cut[[2]uint64{from, to}] || s.drop != nil && s.drop(sm.m):
+			continue
+		case s.hold[to]:
+			s.held = append(s.held, sm)
+			continue
+		}
+		if sm.m.GetType() == pb.MsgSnap {
+			s.stepSnapshot(nd, sm.m)
+			continue
+		}
+		nd.g.step(sm.m)
+		s.process(nd)
+	}
+}
+
+// stepSnapshot does what Log.fetchSnapshot does, reading the sender's
+// segment files directly.
+func (s *sim) stepSnapshot(nd *simNode, m *pb.Message) {
+	s.t.Helper()
+	sd, err := decodeSnapData(m.GetSnapshot().GetData())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	src := s.nodes[sd.From].g.rl
+	st := &stagedSnapshot{index: sd.Snap.Index, term: sd.Snap.Term}
+	if err := stageSegments(nd.g.rl, sd.Snap, st, func(base, off int64, n int) ([]byte, error) {
+		buf := make([]byte, n)
+		k, err := src.ReadSegment(sd.Snap.Layout, base, off, buf)
+		return buf[:k], err
+	}); err != nil {
+		s.t.Fatal(err)
+	}
+	nd.g.staged = st
+	nd.g.step(m)
+	s.process(nd)
+	if nd.g.staged != nil {
+		nd.g.staged.abort()
+		nd.g.staged = nil
+	}
+}
+
+func (s *sim) release(id uint64) {
+	delete(s.hold, id)
+	s.queue = append(s.queue, s.held...)
+	s.held = nil
+	s.deliver()
+}
+
+func (s *sim) tick(n int) {
+	s.t.Helper()
+	for i := 0; i < n; i++ {
+		s.now = s.now.Add(100 * time.Millisecond)
+		for _, id := range s.ids {
+			if nd := s.nodes[id]; !nd.down {
+				nd.g.tick()
+				s.process(nd)
+			}
+		}
+		s.deliver()
+	}
+}
+
+// leader ticks until a live node serves (has committed in its term);
+// with ids, one of those.
+func (s *sim) leader(ids ...uint64) *simNode {
+	s.t.Helper()
+	if len(ids) == 0 {
+		ids = s.ids
+	}
+	for i := 0; i < 200; i++ {
+		for _, id := range ids {
+			nd := s.nodes[id]
+			if !nd.down && nd.g.status.Serving {
+				return nd
+			}
+		}
+		s.tick(1)
+	}
+	s.t.Fatalf("no leader among %v within 200 ticks", ids)
+	return nil
+}
+
+// appendAt proposes a batch at a node and delivers what follows.
+func (s *sim) appendAt(nd *simNode, value string, opts wal.AppendOptions) *proposal {
+	s.t.Helper()
+	b, err := wal.PrepareBatch([]wal.Record{{Key: []byte("k"), Value: []byte(value)}}, opts, s.now)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	p := &proposal{ctx: context.Background(), batch: b, at: s.now, res: make(chan proposalResult, 1)}
+	nd.g.propose([]*proposal{p})
+	s.process(nd)
+	s.deliver()
+	return p
+}
+
+func outcome(p *proposal) (proposalResult, bool) {
+	select {
+	case r := <-p.res:
+		p.res <- r
+		return r, true
+	default:
+		return proposalResult{}, false
+	}
+}
+
+func mustAck(t *testing.T, p *proposal) wal.AppendResult {
+	t.Helper()
+	r, ok := outcome(p)
+	if !ok || r.err != nil {
+		t.Fatalf("append not acknowledged: done %v, %v", ok, r.err)
+	}
+	return r.res
+}
+
+type simRec struct {
+	Offset int64
+	Value  string
+}
+
+// committed reads a node's committed records.
+func (s *sim) committed(id uint64) []simRec {
+	s.t.Helper()
+	l := s.nodes[id].l
+	off, err := l.EarliestOffset(memTopic, 0)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []simRec
+	for {
+		res, err := l.Fetch(context.Background(), memTopic, 0, off, wal.FetchOptions{})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		for _, r := range res.Records {
+			out = append(out, simRec{r.Offset, string(r.Value)})
+		}
+		if res.NextOffset >= res.HighWatermark {
+			return out
+		}
+		off = res.NextOffset
+	}
+}
+
+// sameLogs checks that every live node committed the same records at the
+// same offsets as the leader, and that the acknowledged ones are there.
+func (s *sim) sameLogs(acked map[string]int64) {
+	s.t.Helper()
+	ld := s.leader()
+	s.tick(3) // the commit index reaches the followers
+	want := s.committed(ld.id)
+	for _, id := range s.ids {
+		if nd := s.nodes[id]; !nd.down {
+			if d := cmp.Diff(want, s.committed(id)); d != "" {
+				s.t.Fatalf("node %d's committed log differs from leader %d's (-leader +node):\n%s", id, ld.id, d)
+			}
+		}
+	}
+	at := map[string][]int64{}
+	for _, r := range want {
+		at[r.Value] = append(at[r.Value], r.Offset)
+	}
+	for v, off := range acked {
+		if got := at[v]; len(got) != 1 || got[0] != off {
+			s.s(v, off, got)
+		}
+	}
+}
+
+func (s *sim) s(v string, off int64, got []int64) {
+	s.t.Helper()
+	s.t.Fatalf("acknowledged %q at offset %d: found at %v", v, off, got)
+}
+
+func TestScenarioLeaderLoss(t *testing.T) {
+	s := newSim(t, 3, memTopicConfig())
+	ld := s.leader()
+	acked := map[string]int64{}
+	for i := 0; i < 10; i++ {
+		v := fmt.Sprint("a", i)
+		acked[v] = mustAck(t, s.appendAt(ld, v, wal.AppendOptions{})).BaseOffset
+	}
+	// The leader writes three more batches that reach nobody, then dies.
+	for _, id := range s.ids {
+		s.cut[[2]uint64{ld.id, id}] = true
+	}
+	var lost []*proposal
+	for i := 0; i < 3; i++ {
+		lost = append(lost, s.appendAt(ld, fmt.Sprint("lost", i), wal.AppendOptions{}))
+	}
+	for _, p := range lost {
+		if _, done := outcome(p); done {
+			r, _ := outcome(p)
+			t.Fatalf("an append that reached no follower was answered: %+v", r)
+		}
+	}
+	if last, _, _ := ld.g.rl.Last(); last < 14 {
+		t.Fatalf("old leader's log ends at %d: the lost batches were not written", last)
+	}
+	s.crash(ld.id)
+	clear(s.cut)
+	nl := s.leader()
+	if nl.id == ld.id {
+		t.Fatal("dead node leads")
+	}
+	for i := 0; i < 5; i++ {
+		v := fmt.Sprint("b", i)
+		acked[v] = mustAck(t, s.appendAt(nl, v, wal.AppendOptions{})).BaseOffset
+	}
+	// The old leader comes back: its three entries are replaced.
+	s.restart(ld.id)
+	s.tick(5)
+	s.sameLogs(acked)
+	for _, r := range s.committed(ld.id) {
+		if len(r.Value) > 4 && r.Value[:4] == "lost" {
+			t.Fatalf("uncommitted batch %q of the dead leader is in the log", r.Value)
+		}
+	}
+}
+
+func TestScenarioSlowFollower(t *testing.T) {
+	s := newSim(t, 3, memTopicConfig())
+	ld := s.leader()
+	var slow uint64
+	for _, id := range s.ids {
+		if id != ld.id {
+			slow = id
+		}
+	}
+	s.hold[slow] = true
+	acked := map[string]int64{}
+	for i := 0; i < 20; i++ {
+		v := fmt.Sprint("v", i)
+		acked[v] = mustAck(t, s.appendAt(ld, v, wal.AppendOptions{})).BaseOffset
+	}
+	if hw := s.nodes[slow].g.rl.HighWatermark(); hw != 0 {
+		t.Fatalf("slow follower's high watermark %d before it got anything", hw)
+	}
+	s.release(slow)
+	s.tick(3)
+	s.sameLogs(acked)
+}
+
+func TestScenarioFollowerFarBehind(t *testing.T) {
+	cfg := memTopicConfig() // 1 KiB segments: many
+	s := newSim(t, 3, cfg)
+	ld := s.leader()
+	var behind uint64
+	for _, id := range s.ids {
+		if id != ld.id {
+			behind = id
+		}
+	}
+	s.crash(behind)
+	acked := map[string]int64{}
+	for i := 0; i < 120; i++ {
+		v := fmt.Sprintf("v%03d-%0200d", i, 0)
+		acked[v] = mustAck(t, s.appendAt(ld, v, wal.AppendOptions{})).BaseOffset
+	}
+	// Retention on the live nodes removes the segments the dead one lacks.
+	s.tick(2)
+	s.now = s.now.Add(2 * time.Hour)
+	for _, id := range s.ids {
+		if !s.nodes[id].down {
+			if err := s.nodes[id].l.EnforceRetention(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	start, _ := ld.g.rl.Start()
+	if start < 10 {
+		t.Fatalf("leader's log start %d: retention removed too little for the test", start)
+	}
+	// Retention also removed acknowledged records: they are no longer
+	// expected anywhere.
+	first, _ := ld.l.EarliestOffset(memTopic, 0)
+	for v, off := range acked {
+		if off < first {
+			delete(acked, v)
+		}
+	}
+	s.restart(behind)
+	s.tick(10)
+	b := s.nodes[behind]
+	if bs, _ := b.g.rl.Start(); bs < start {
+		t.Fatalf("far-behind follower's log starts after %d, leader's after %d: no snapshot installed", bs, start)
+	}
+	s.sameLogs(acked)
+	// And it keeps up afterwards.
+	for i := 0; i < 5; i++ {
+		v := fmt.Sprint("after", i)
+		acked[v] = mustAck(t, s.appendAt(s.leader(), v, wal.AppendOptions{})).BaseOffset
+	}
+	s.sameLogs(acked)
+}
+
+func TestScenarioTermChangeMidAppend(t *testing.T) {
+	s := newSim(t, 3, memTopicConfig())
+	ld := s.leader()
+	var f1, f2 uint64
+	for _, id := range s.ids {
+		if id != ld.id {
+			if f1 == 0 {
+				f1 = id
+			} else {
+				f2 = id
+			}
+		}
+	}
+	acked := map[string]int64{}
+	acked["first"] = mustAck(t, s.appendAt(ld, "first", wal.AppendOptions{})).BaseOffset
+
+	// A producer's batch reaches one follower only, then the leader is cut
+	// off before anyone hears that it committed.
+	opts := wal.AppendOptions{ProducerID: 7, ProducerEpoch: 0, BaseSequence: 0}
+	s.cut[[2]uint64{ld.id, f2}] = true
+	s.cut[[2]uint64{f1, ld.id}] = true // the ack never returns
+	p := s.appendAt(ld, "half", opts)
+	if _, done := outcome(p); done {
+		t.Fatal("answered before a majority acknowledged")
+	}
+	for _, id := range []uint64{f1, f2} {
+		s.cut[[2]uint64{ld.id, id}] = true
+		s.cut[[2]uint64{id, ld.id}] = true
+	}
+	nl := s.leader(f1, f2)
+	if nl.id != f1 {
+		t.Fatalf("node %d won; only node %d holds the newest entry and can", nl.id, f1)
+	}
+	// The new leader committed the entry with its own no-op: the producer's
+	// retry is answered with the original offsets, not written again.
+	b, _ := wal.PrepareBatch([]wal.Record{{Key: []byte("k"), Value: []byte("half")}}, opts, s.now)
+	retry := &proposal{ctx: context.Background(), batch: b, at: s.now, res: make(chan proposalResult, 1)}
+	nl.g.propose([]*proposal{retry})
+	s.process(nl)
+	s.deliver()
+	r := mustAck(t, retry)
+	if !r.Duplicate {
+		t.Fatal("retry after failover written again")
+	}
+	acked["half"] = r.BaseOffset
+	// The old leader rejoins and learns its entry committed in its term:
+	// its own caller gets the same answer.
+	clear(s.cut)
+	s.tick(5)
+	if orig := mustAck(t, p); orig.BaseOffset != r.BaseOffset {
+		t.Fatalf("old leader answered offset %d, new leader %d", orig.BaseOffset, r.BaseOffset)
+	}
+	s.sameLogs(acked)
+
+	// The other case: a batch that reached nobody is replaced, and its
+	// caller learns it is not in the log.
+	ld = s.leader()
+	for _, id := range s.ids {
+		s.cut[[2]uint64{ld.id, id}] = true
+		s.cut[[2]uint64{id, ld.id}] = true
+	}
+	gone := s.appendAt(ld, "gone", wal.AppendOptions{})
+	var others []uint64
+	for _, id := range s.ids {
+		if id != ld.id {
+			others = append(others, id)
+		}
+	}
+	nl2 := s.leader(others...)
+	acked["replacement"] = mustAck(t, s.appendAt(nl2, "replacement", wal.AppendOptions{})).BaseOffset
+	clear(s.cut)
+	s.tick(5)
+	res, done := outcome(gone)
+	if !done || !errors.Is(res.err, ErrLost) {
+		t.Fatalf("replaced batch answered %v (done %v), want ErrLost", res.err, done)
+	}
+	s.sameLogs(acked)
+}
+
+// TestScenarioLatestOnlyAfterOwnTermCommit: a new leader does not serve
+// (and so answers no "latest offset") until an entry of its own term is
+// committed; before that its high watermark may trail the committed log.
+func TestScenarioLatestOnlyAfterOwnTermCommit(t *testing.T) {
+	s := newSim(t, 3, memTopicConfig())
+	ld := s.leader()
+	for i := 0; i < 4; i++ {
+		mustAck(t, s.appendAt(ld, fmt.Sprint("v", i), wal.AppendOptions{}))
+	}
+	// The last batch reaches the followers, but not the news that it
+	// committed: a follower that becomes leader has a stale committed end.
+	last, _, _ := ld.g.rl.Last()
+	s.drop = func(m *pb.Message) bool { return m.GetFrom() == ld.id && m.GetCommit() > last }
+	mustAck(t, s.appendAt(ld, "v4", wal.AppendOptions{}))
+	committedHW := ld.g.rl.HighWatermark()
+	for _, id := range s.ids {
+		s.cut[[2]uint64{ld.id, id}] = true
+		s.cut[[2]uint64{id, ld.id}] = true
+	}
+	// Whoever wins next never hears its no-op acknowledged, for now.
+	s.drop = func(m *pb.Message) bool { return m.GetType() == pb.MsgAppResp && m.GetTo() != ld.id }
+	var cand *simNode
+	for i := 0; i < 200 && cand == nil; i++ {
+		s.tick(1)
+		for _, id := range s.ids {
+			if nd := s.nodes[id]; id != ld.id && nd.g.state == etcdraft.StateLeader {
+				cand = nd
+			}
+		}
+	}
+	if cand == nil {
+		t.Fatal("no new leader")
+	}
+	stale := cand.g.rl.HighWatermark()
+	if stale >= committedHW {
+		t.Fatalf("setup: the new leader already knew the committed end %d", committedHW)
+	}
+	s.tick(1)
+	if cand.g.status.Serving {
+		t.Fatalf("leader serves before committing an entry of its term (high watermark %d, committed %d)", cand.g.rl.HighWatermark(), committedHW)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := cand.g.serving(ctx); err == nil {
+		t.Fatal("serving() succeeded before the own-term commit")
+	}
+	s.drop = nil
+	s.tick(2)
+	if !cand.g.status.Serving {
+		t.Fatal("leader does not serve after its no-op committed")
+	}
+	if hw := cand.g.rl.HighWatermark(); hw != committedHW {
+		t.Fatalf("serving leader's high watermark %d (stale one was %d), committed %d", hw, stale, committedHW)
+	}
+}
