@@ -79,6 +79,11 @@ func TestConnectionCuts(t *testing.T) {
 	addr, db := testDB(t)
 	c := client(t, addr, db)
 	proxy := newCutProxy(t, addr)
+	var logs syncBuffer
+	_, port, _ := net.SplitHostPort(proxy.ln.Addr().String())
+	s := newTestSink(t, "127.0.0.1:"+port, db, map[string]string{KeyMaxRetries: "1000", KeyRetryBackoff: "1", KeyRetryBackoffMx: "5", KeyBatchSize: "20"},
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	w := sinktest.Generate(sinktest.Options{Seed: 31, Transactions: 4000, Shape: sinktest.Envelope, Partial: true})
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -93,11 +98,7 @@ func TestConnectionCuts(t *testing.T) {
 			}
 		}
 	}()
-	var logs syncBuffer
-	_, port, _ := net.SplitHostPort(proxy.ln.Addr().String())
-	s := newTestSink(t, "127.0.0.1:"+port, db, map[string]string{KeyMaxRetries: "1000", KeyRetryBackoff: "1", KeyRetryBackoffMx: "5", KeyBatchSize: "20"},
-		slog.New(slog.NewTextHandler(&logs, nil)))
-	w := sinktest.Generate(sinktest.Options{Seed: 31, Transactions: 4000, Shape: sinktest.Envelope, Partial: true})
+
 	writeAll(t, s, w.Records, 1, 200)
 	close(stop)
 	<-done

@@ -29,7 +29,8 @@ import (
 // A marker holds the version (19 digits) followed by the fingerprint ("-" for a delete); a
 // stream marker the version and offset. A write applies when its version is at least the stored one (equal versions only occur
 // inside one source transaction, whose changes arrive in order). The script returns
-// {conflicts, i1, err1, i2, err2, ...}: the count of operations refused as stale and, for each
+// {conflicts, deletes, i1, err1, i2, err2, ...}: the count of operations refused as stale, the
+// count of deletes applied and, for each
 // operation the server refused (e.g. WRONGTYPE), its 1-based number and the error. An error
 // that is the server's state rather than the record's (OOM, READONLY, BUSY, ...) fails the
 // whole call, which the sink retries.
@@ -39,7 +40,8 @@ local marker = tonumber(ARGV[2])
 local guard = ARGV[3] == '1'
 local zero = '0000000000000000000'
 local conflicts = 0
-local out = {0}
+local out = {0, 0}
+local deletes = 0
 local a = 4
 local op = 0
 local transient = {OOM = true, READONLY = true, BUSY = true, LOADING = true, MASTERDOWN = true, NOREPLICAS = true, TRYAGAIN = true, MISCONF = true}
@@ -116,7 +118,11 @@ for i = 1, #KEYS, 2 do
   a = first + n
   local ok, res = pcall(apply, KEYS[i], KEYS[i + 1], kind, ver, ttl, first, n)
   if ok then
-    if res then conflicts = conflicts + 1 end
+    if res then
+      conflicts = conflicts + 1
+    elseif string.sub(kind, 1, 1) == 'D' then
+      deletes = deletes + 1
+    end
   else
     local msg = res
     if type(res) == 'table' then msg = res.err end
@@ -128,5 +134,6 @@ for i = 1, #KEYS, 2 do
   end
 end
 out[1] = conflicts
+out[2] = deletes
 return out
 `)

@@ -116,7 +116,8 @@ func (s *Sink) Close(ctx context.Context) error {
 
 // Stats are the sink's counters since it was built.
 type Stats struct {
-	// Written counts rows written (or stream entries appended); Deleted rows deleted.
+	// Written counts rows written (or stream entries appended); Deleted rows deleted; neither
+	// counts the writes the guard refused.
 	Written, Deleted int64
 	// Conflicts counts writes the version guard refused because a newer version is stored:
 	// replays and reordered events. They are expected, not errors.
@@ -649,24 +650,19 @@ func (s *Sink) settle(results []callResult) []connect.RecordError {
 	var rejected []connect.RecordError
 	for _, r := range results {
 		conflicts, _ := r.reply[0].(int64)
+		deleted, _ := r.reply[1].(int64)
 		s.counters.conflicts.Add(conflicts)
-		bad := map[int]bool{}
-		for j := 1; j+1 < len(r.reply); j += 2 {
+		bad := 0
+		for j := 2; j+1 < len(r.reply); j += 2 {
 			n, _ := r.reply[j].(int64)
 			msg, _ := r.reply[j+1].(string)
 			o := &r.ops[n-1]
-			bad[int(n-1)] = true
+			bad++
 			s.counters.rejected.Add(1)
 			rejected = append(rejected, connect.RecordError{Index: o.rec, Err: fmt.Errorf("redis refused the write of %s: %s", o.key, msg)})
 		}
-		var deleted int64
-		for j := range r.ops {
-			if !bad[j] && r.ops[j].kind == 'D' {
-				deleted++
-			}
-		}
 		s.counters.deleted.Add(deleted)
-		s.counters.written.Add(int64(len(r.ops)-len(bad)) - deleted - conflicts)
+		s.counters.written.Add(int64(len(r.ops)-bad) - deleted - conflicts)
 	}
 	return rejected
 }

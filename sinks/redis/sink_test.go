@@ -64,6 +64,9 @@ func TestWorkload(t *testing.T) {
 				if got := s.Stats().Conflicts - before; got != int64(len(stale)) {
 					t.Fatalf("injecting %d older events counted %d conflicts, want one each", len(stale), got)
 				}
+				if st := s.Stats(); st.Written+st.Deleted+st.Conflicts+st.Skipped != int64(3*len(w.Records)+len(stale)) || st.Written < 0 || st.Deleted < 0 {
+					t.Fatalf("stats %+v do not add up to the %d records written", st, 3*len(w.Records)+len(stale))
+				}
 			})
 		}
 	}
