@@ -2,6 +2,7 @@ package raft
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +42,9 @@ type proposal struct {
 
 	term, index uint64 // set once proposed
 	base        int64
+	// confirmed is set once a quorum confirmed this node's leadership
+	// after the batch was refused: the refusal then stands.
+	confirmed bool
 }
 
 type proposalResult struct {
@@ -61,6 +65,17 @@ type dupWait struct {
 	p    *proposal
 	res  wal.AppendResult
 	term uint64
+}
+
+// confirmWait is a batch the producer checks refused, waiting for a
+// quorum to confirm that this node still leads (a ReadIndex) before the
+// refusal is answered: a leader cut off from the others may not have
+// seen the producer's latest batches, committed by a newer leader.
+type confirmWait struct {
+	p     *proposal
+	id    uint64
+	index uint64 // commit index to apply first; valid once read
+	read  bool
 }
 
 // group is one partition's Raft group on this node: a RawNode over the
@@ -93,6 +108,8 @@ type group struct {
 	throttled      bool
 	pending        map[uint64]*proposal
 	dups           []*dupWait
+	confirms       []*confirmWait
+	nextReadID     uint64
 	state          etcdraft.StateType
 	lead, term     uint64
 	readyTerm      uint64
@@ -169,10 +186,7 @@ func (g *group) run(ctx context.Context) (err error) {
 		if err := g.processReady(); err != nil {
 			return err
 		}
-		if len(g.deferred) > 0 && !g.throttled {
-			d := g.deferred
-			g.deferred = nil
-			g.propose(d)
+		if g.proposeDeferred() {
 			continue
 		}
 		props := g.props
@@ -200,6 +214,19 @@ func (g *group) run(ctx context.Context) (err error) {
 			f()
 		}
 	}
+}
+
+// proposeDeferred proposes the batches put aside (a second batch of a
+// producer, a confirmed refusal, a full uncommitted budget) and reports
+// whether there were any.
+func (g *group) proposeDeferred() bool {
+	if len(g.deferred) == 0 || g.throttled {
+		return false
+	}
+	d := g.deferred
+	g.deferred = nil
+	g.propose(d)
+	return true
 }
 
 // shutdown persists the commit index and answers what is waiting.
@@ -330,6 +357,18 @@ func (g *group) handleReady() error {
 			return err
 		}
 	}
+	for _, rs := range rd.ReadStates {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		id := binary.BigEndian.Uint64(rs.RequestCtx)
+		for _, c := range g.confirms {
+			if c.id == id {
+				c.index, c.read = rs.Index, true
+			}
+		}
+	}
+	g.resolveConfirms()
 	if g.hs != nil && g.hs.GetCommit() > g.st.hs.GetCommit() && g.now().Sub(g.lastCheckpoint) >= g.cfg.CommitCheckpoint {
 		if err := g.st.saveHardState(g.hs); err != nil {
 			return err
@@ -364,6 +403,10 @@ func (g *group) softState(ss *etcdraft.SoftState) {
 		g.logger.Info("lost leadership", "term", g.term, "leader", ss.Lead)
 		g.readyTerm = 0
 		g.failDups(fmt.Errorf("%s: %w: leadership lost", g.key, ErrOutcomeUnknown))
+		for _, c := range g.confirms {
+			c.p.reply(proposalResult{err: &NotLeaderError{Topic: g.key.topic, Partition: g.key.part, Leader: ss.Lead}})
+		}
+		g.confirms = nil
 		g.mu.Lock()
 		clear(g.snapActivity)
 		g.mu.Unlock()
@@ -462,6 +505,38 @@ func (g *group) applyCommitted(ents []*pb.Entry) error {
 	return nil
 }
 
+// confirm asks a quorum to confirm this node's leadership before a
+// refused batch is answered.
+func (g *group) confirm(p *proposal) {
+	g.nextReadID++
+	g.confirms = append(g.confirms, &confirmWait{p: p, id: g.nextReadID})
+	g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, g.nextReadID))
+}
+
+// resolveConfirms checks again, now that its leadership is confirmed and
+// what was committed then is applied, each refused batch.
+func (g *group) resolveConfirms() {
+	if len(g.confirms) == 0 {
+		return
+	}
+	commit := g.rl.CommitIndex()
+	keep := g.confirms[:0]
+	for _, c := range g.confirms {
+		if c.read && commit >= c.index {
+			c.p.confirmed = true
+			g.deferred = append(g.deferred, c.p)
+			continue
+		}
+		if c.p.ctx.Err() != nil {
+			c.p.reply(proposalResult{err: fmt.Errorf("append to %s: %w", g.key, c.p.ctx.Err())}) // nothing written
+			continue
+		}
+		keep = append(keep, c)
+	}
+	clear(g.confirms[len(keep):])
+	g.confirms = keep
+}
+
 // resolveDups answers the retried batches that are now committed.
 func (g *group) resolveDups() {
 	if len(g.dups) == 0 {
@@ -520,15 +595,20 @@ func (g *group) propose(props []*proposal) {
 				g.deferred = append(g.deferred, props[i:]...)
 				return
 			}
+			var err error
 			if g.fence != nil {
-				if err := g.fence(id, epoch); err != nil {
-					p.reply(proposalResult{err: fmt.Errorf("append to %s: %w", g.key, err)})
-					continue
-				}
+				err = g.fence(id, epoch)
 			}
-			dup, err := g.rl.CheckProducer(id, epoch, seq, p.batch.Records())
+			var dup *wal.AppendResult
+			if err == nil {
+				dup, err = g.rl.CheckProducer(id, epoch, seq, p.batch.Records())
+			}
 			if err != nil {
-				p.reply(proposalResult{err: fmt.Errorf("append to %s: %w", g.key, err)})
+				if p.confirmed {
+					p.reply(proposalResult{err: fmt.Errorf("append to %s: %w", g.key, err)})
+				} else {
+					g.confirm(p)
+				}
 				continue
 			}
 			if dup != nil {
@@ -637,6 +717,10 @@ func (g *group) failWaiting(err error) {
 		p.reply(proposalResult{err: err})
 	}
 	g.deferred = nil
+	for _, c := range g.confirms {
+		c.p.reply(proposalResult{err: err})
+	}
+	g.confirms = nil
 	g.failDups(err)
 }
 

@@ -139,8 +139,13 @@ func (s *sim) restart(id uint64) { s.open(s.nodes[id], false) }
 
 func (s *sim) process(nd *simNode) {
 	s.t.Helper()
-	if err := nd.g.processReady(); err != nil {
-		s.t.Fatalf("node %d: %v", nd.id, err)
+	for {
+		if err := nd.g.processReady(); err != nil {
+			s.t.Fatalf("node %d: %v", nd.id, err)
+		}
+		if !nd.g.proposeDeferred() {
+			return
+		}
 	}
 }
 
@@ -585,4 +590,48 @@ func TestScenarioLatestOnlyAfterOwnTermCommit(t *testing.T) {
 	if hw := cand.g.rl.HighWatermark(); hw != committedHW {
 		t.Fatalf("serving leader's high watermark %d (stale one was %d), committed %d", hw, stale, committedHW)
 	}
+}
+
+// TestScenarioStaleLeaderProducerCheck: a leader cut off from the others
+// still believes it leads until its election timeout passes. It must not
+// refuse a producer's batch from its stale view of the producer (a newer
+// leader committed the producer's later batches): refusals wait for a
+// quorum to confirm the leadership. A real gap is still refused.
+func TestScenarioStaleLeaderProducerCheck(t *testing.T) {
+	s := newSim(t, 3, memTopicConfig())
+	old := s.leader()
+	opts := func(seq int32) wal.AppendOptions {
+		return wal.AppendOptions{ProducerID: 9, ProducerEpoch: 0, BaseSequence: seq}
+	}
+	mustAck(t, s.appendAt(old, "s0", opts(0)))
+	var others []uint64
+	for _, id := range s.ids {
+		if id != old.id {
+			others = append(others, id)
+			s.cut[[2]uint64{old.id, id}] = true
+			s.cut[[2]uint64{id, old.id}] = true
+		}
+	}
+	nl := s.leader(others...)
+	mustAck(t, s.appendAt(nl, "s1", opts(1)))
+	if !old.g.status.Serving {
+		t.Fatal("setup: the old leader already stepped down")
+	}
+	stale := s.appendAt(old, "s2", opts(2))
+	if r, done := outcome(stale); done {
+		t.Fatalf("stale leader answered at once: %v", r.err)
+	}
+	s.tick(30) // the old leader's election timeout passes
+	r, done := outcome(stale)
+	var nle *NotLeaderError
+	if !done || !errors.As(r.err, &nle) {
+		t.Fatalf("stale leader answered %v (done %v), want a NotLeaderError once it stepped down", r.err, done)
+	}
+	// The real leader refuses a real gap, once confirmed.
+	gap := s.appendAt(nl, "s5", opts(5))
+	s.tick(2)
+	if r, done := outcome(gap); !done || !errors.Is(r.err, wal.ErrOutOfOrderSequence) {
+		t.Fatalf("gap answered %v (done %v), want ErrOutOfOrderSequence", r.err, done)
+	}
+	mustAck(t, s.appendAt(nl, "s2", opts(2)))
 }
