@@ -167,10 +167,13 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 	streaming := false
 	for i := 0; i < kills; i++ {
 		cmd := start(t, dir, path)
-		if streaming {
+		switch {
+		case streaming:
 			time.Sleep(time.Duration(400+r.IntN(1600)) * time.Millisecond)
-		} else { // short but growing lives while the snapshot runs: several kills hit it, and it ends
-			time.Sleep(time.Duration(400+r.IntN(600)+250*i) * time.Millisecond)
+		case i < kills/2: // short lives while the snapshot runs: several kills hit it
+			time.Sleep(time.Duration(300+r.IntN(500)+100*i) * time.Millisecond)
+		default: // long enough for the snapshot to end
+			time.Sleep(time.Duration(1500+r.IntN(1500)) * time.Millisecond)
 		}
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		_ = cmd.Wait()
