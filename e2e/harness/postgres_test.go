@@ -78,8 +78,19 @@ func TestPostgresSmoke(t *testing.T) {
 	}
 	// inactive slots keep WAL forever: drop it whatever happens
 	t.Cleanup(func() {
-		if err := pg.Exec(context.Background(), "SELECT pg_drop_replication_slot('"+slot+"')"); err != nil {
-			t.Errorf("drop slot: %v", err)
+		// the walsender may outlive the closed connection for a moment: the slot stays
+		// active until it exits, so retry until a deadline
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := pg.Exec(context.Background(), "SELECT pg_drop_replication_slot('"+slot+"')")
+			if err == nil {
+				return
+			}
+			if !strings.Contains(err.Error(), "is active") || time.Now().After(deadline) {
+				t.Errorf("drop slot: %v", err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	})
 	if err := pglogrepl.StartReplication(ctx, rc, slot, 0, pglogrepl.StartReplicationOptions{
