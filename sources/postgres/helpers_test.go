@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/sluice-cdc/sluice/connect"
 	"github.com/sluice-cdc/sluice/e2e/harness"
@@ -39,6 +40,13 @@ func TestMain(m *testing.M) {
 		}
 	}
 	shared.mu.Unlock()
+	// every source stopped its receiver and monitor goroutines in Close
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
