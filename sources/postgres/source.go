@@ -378,6 +378,7 @@ func (s *Source) reconnect(ctx context.Context) error {
 		err := s.start(ctx, s.emitted, false)
 		if err == nil {
 			s.lost = nil
+			s.st.reconnect.Add(1)
 			s.log.Info("postgres connection restored", "attempts", s.attempt, "position", s.emitted.String())
 			return nil
 		}

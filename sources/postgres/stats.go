@@ -37,6 +37,8 @@ type Stats struct {
 	// (protocol 2), and SpilledBytes what their changes took in spill files.
 	StreamedTransactions int64
 	SpilledBytes         int64
+	// Reconnects counts the connections lost and established again.
+	Reconnects int64
 }
 
 type stats struct {
@@ -51,6 +53,7 @@ type stats struct {
 	walEnd    atomic.Uint64
 	streamed  atomic.Int64
 	spilled   atomic.Int64
+	reconnect atomic.Int64
 
 	mu   sync.Mutex
 	rows map[string]int64
@@ -86,5 +89,6 @@ func (st *stats) snapshot() Stats {
 		ServerWALEnd:                  pglogrepl.LSN(st.walEnd.Load()).String(),
 		StreamedTransactions:          st.streamed.Load(),
 		SpilledBytes:                  st.spilled.Load(),
+		Reconnects:                    st.reconnect.Load(),
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/e2e/harness"
 )
 
 // caughtUp reports whether the log's position has reached target: the source has emitted
@@ -660,5 +662,62 @@ func TestExistingSlotWithoutPosition(t *testing.T) {
 	}
 	if diff := diffStates(tableState(t, db, "e"), fold(t, log.records, "srv.public.e")); diff != "" {
 		t.Fatalf("derived state:\n%s", diff)
+	}
+}
+
+// Streamed transactions (protocol 2) that abort leave nothing, and a rolled-back
+// subtransaction inside a streamed transaction that commits leaves nothing of its own: its
+// changes are cut off the spill file.
+func TestStreamedAbort(t *testing.T) {
+	db := newDB(t, sharedPG(t))
+	db.exec(t, "CREATE TABLE s (id int PRIMARY KEY, pad text)")
+	src, err := NewFromConfig(db.config(map[string]string{KeySnapshotMode: SnapshotNoData, KeyProtocolVersion: "2"}), connect.Env{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.set.replParams = map[string]string{"logical_decoding_work_mem": "64kB"}
+	if err := src.Open(testCtx(t), connect.Position{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = src.Close(context.Background()) })
+	db.exec(t,
+		"BEGIN; INSERT INTO s SELECT g, repeat('x', 200) FROM generate_series(1, 5000) g; ROLLBACK",
+		"BEGIN; INSERT INTO s VALUES (100001, 'a'); SAVEPOINT p; INSERT INTO s SELECT g, repeat('y', 200) FROM generate_series(1, 5000) g; "+
+			"ROLLBACK TO SAVEPOINT p; INSERT INTO s SELECT g, repeat('z', 200) FROM generate_series(200001, 203000) g; COMMIT",
+		"INSERT INTO s VALUES (300001, 'after')",
+	)
+	log := newMemLog()
+	readUntil(t, src, log, true, 60*time.Second, func() bool { return len(log.records) >= 3002 })
+	target := currentLSN(t, db)
+	readUntil(t, src, log, true, 30*time.Second, func() bool { return caughtUp(log, target) })
+	if n := len(log.records); n != 3002 {
+		t.Fatalf("%d records, want 3002 (1 + 3000 + 1)", n)
+	}
+	if diff := diffStates(tableState(t, db, "s"), fold(t, log.records, "srv.public.s")); diff != "" {
+		t.Fatalf("derived state:\n%s", diff)
+	}
+	st := src.Stats()
+	if st.StreamedTransactions < 2 {
+		t.Errorf("%d streamed transactions, want the two large ones streamed", st.StreamedTransactions)
+	}
+	entries, _ := os.ReadDir(src.spill.dir)
+	if len(entries) != 0 {
+		t.Errorf("spill files left: %v", entries)
+	}
+}
+
+// A reader that stalls (the log is slow) while the server has much to send: the receiver
+// keeps answering within wal_sender_timeout, so the server keeps the connection.
+func TestStalledReaderKeepsConnection(t *testing.T) {
+	pg := harness.NewPostgres(t, harness.PostgresOptions{Settings: []string{"wal_sender_timeout = 2s"}})
+	db := newDB(t, pg)
+	db.exec(t, "CREATE TABLE k (id int PRIMARY KEY)")
+	src := openSource(t, db.config(map[string]string{KeySnapshotMode: SnapshotNoData, KeyMaxQueueSize: "16", KeyStatusInterval: "500"}), connect.Position{})
+	db.exec(t, "INSERT INTO k SELECT generate_series(1, 20000)")
+	time.Sleep(7 * time.Second) // no Read: the queue is full, the server waits on us
+	log := newMemLog()
+	readUntil(t, src, log, true, 60*time.Second, func() bool { return len(log.records) >= 20000 })
+	if st := src.Stats(); st.Reconnects != 0 {
+		t.Fatalf("%d reconnects: the server dropped the stream while the reader stalled", st.Reconnects)
 	}
 }
