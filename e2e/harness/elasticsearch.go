@@ -113,6 +113,8 @@ func StartElasticsearch(ctx context.Context, opts ElasticsearchOptions) (*Elasti
 		"ES_JAVA_HOME="+javaHome,
 		"ES_PATH_CONF="+conf,
 		"ES_TMPDIR="+filepath.Join(dir, "tmp"),
+		// the launcher JVM makes temp dirs too (final-flags*): keep them in the instance dir
+		"CLI_JAVA_OPTS=-Djava.io.tmpdir="+filepath.Join(dir, "tmp"),
 		"ES_JAVA_OPTS="+javaOpts,
 	)
 	es.launch = func() ([]string, *proc, error) {
