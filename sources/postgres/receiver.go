@@ -39,6 +39,7 @@ type receiver struct {
 	ackCh    chan struct{}
 
 	// receiver goroutine only
+	slab      slab
 	sentFlush pglogrepl.LSN
 	lastSent  time.Time
 	deadline  time.Time // the read deadline set on the connection
@@ -146,8 +147,7 @@ func (r *receiver) loop(ctx context.Context) error {
 				if err != nil {
 					return fmt.Errorf("parse WAL data: %w", err)
 				}
-				data := make([]byte, len(xld.WALData))
-				copy(data, xld.WALData)
+				data := r.slab.copy(xld.WALData)
 				if end := uint64(xld.WALStart) + uint64(len(xld.WALData)); end > r.received.Load() {
 					r.received.Store(end)
 				}
@@ -248,4 +248,23 @@ func sendStatus(conn *pgconn.PgConn, write, flush pglogrepl.LSN, reply bool) err
 		return err
 	}
 	return conn.Frontend().SendUnbufferedEncodedCopyData(buf)
+}
+
+// slab hands out copies of messages cut from large chunks, so that the queue costs one
+// allocation per chunk instead of one per message. A chunk is garbage once every message cut
+// from it has been decoded (decoded values never point into it).
+type slab struct{ buf []byte }
+
+const slabSize = 256 << 10
+
+func (s *slab) copy(b []byte) []byte {
+	if len(b) > slabSize/8 {
+		return append([]byte(nil), b...)
+	}
+	if cap(s.buf)-len(s.buf) < len(b) {
+		s.buf = make([]byte, 0, slabSize)
+	}
+	start := len(s.buf)
+	s.buf = append(s.buf, b...)
+	return s.buf[start:len(s.buf):len(s.buf)]
 }

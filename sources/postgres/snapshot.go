@@ -270,7 +270,7 @@ WHERE a.attrelid = $1 AND a.attname = ANY ($2)`, ref.OID, keyNames)
 // the next one is known, so that the snapshot's very last row is marked "last".
 func (s *Source) readSnapshot(ctx context.Context) (connect.Batch, error) {
 	sn := s.snap
-	recs := make([]connect.Record, 0, min(s.set.maxBatch+1, 1024))
+	recs := make([]connect.Record, 0, s.set.maxBatch+1)
 	if sn.held != nil {
 		recs = append(recs, *sn.held)
 		sn.held = nil

@@ -118,7 +118,7 @@ func (s *Source) readStream(ctx context.Context) (connect.Batch, error) {
 		}
 	}
 	st := s.stream
-	recs := make([]connect.Record, 0, min(s.set.maxBatch, 256))
+	recs := make([]connect.Record, 0, s.set.maxBatch)
 	var idle *time.Timer
 	defer func() {
 		if idle != nil {
