@@ -2,10 +2,10 @@ package mysql_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,15 +22,80 @@ import (
 	"github.com/sluice-cdc/sluice/wal"
 )
 
-// Benchmarks (never part of a plain go test run):
+// Benchmarks (never part of a plain go test run; each iteration is a full measurement):
 //
 //	go test ./e2e/mysql -run '^$' -bench . -benchtime 1x
 //
 // BenchmarkBinlogDrain: a 1,000,000-row binlog backlog (980 transactions of 1,000 rows and
-// 20,000 single-row transactions) drained by the source into the log (runtime + wal, fsync on)
-// and by the source alone, each against a raw BinlogSyncer decode of the same binlog with a
-// no-op handler, in the same run. BenchmarkSnapshot: a 1,000,000-row table read by the
-// snapshot against SELECT * streamed to nowhere by the go-mysql client.
+// 20,000 single-row transactions) decoded by a raw BinlogSyncer with a no-op handler (the
+// baseline), drained by the source alone (Read), and by the source under the runtime into a
+// fresh log (fsync on) until the topic holds every row. BenchmarkSnapshot: a 1,000,000-row
+// table read by SELECT * streamed to nowhere by the go-mysql client (the baseline), by the
+// source's snapshot alone, and by the snapshot under the runtime into a fresh log.
+//
+// Each iteration runs SLUICE_BENCH_ROUNDS rounds (default 3) of baseline and subjects one
+// after the other, and reports the medians of the rates and of the per-round ratios, so that
+// a busy machine slows baseline and subject alike. SLUICE_BENCH_ONLY=raw|source|log (drain)
+// or select|snapshot|log (snapshot) runs one phase alone, for CPU and memory profiles.
+
+const benchRows = 1_000_000
+
+func benchRounds() int {
+	if n, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
+
+// benchPhase reports whether phase runs (all run unless SLUICE_BENCH_ONLY names one).
+func benchPhase(phase string) bool {
+	only := os.Getenv("SLUICE_BENCH_ONLY")
+	return only == "" || only == phase
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// rounds collects per-round durations of named phases and reports medians.
+type rounds map[string][]time.Duration
+
+func (r rounds) add(phase string, d time.Duration) { r[phase] = append(r[phase], d) }
+
+// report reports each phase's median rate and, against base, the median per-round ratio of
+// the base's duration to the phase's (a rate ratio: 0.5 = half as fast as the baseline).
+func (r rounds) report(b *testing.B, base string, phases ...string) {
+	rate := func(p string) {
+		var xs []float64
+		for _, d := range r[p] {
+			xs = append(xs, benchRows/d.Seconds())
+		}
+		if len(xs) > 0 {
+			b.ReportMetric(median(xs), p+"_rows/s")
+		}
+	}
+	rate(base)
+	for _, p := range phases {
+		rate(p)
+		if len(r[base]) != len(r[p]) {
+			continue
+		}
+		var xs []float64
+		for i := range r[p] {
+			xs = append(xs, r[base][i].Seconds()/r[p][i].Seconds())
+		}
+		b.ReportMetric(median(xs), p+"/"+base)
+	}
+	b.ReportMetric(peakRSSMiB(), "peak_rss_MiB")
+}
 
 func benchConfig(m *harness.MariaDB, db string, extra map[string]string) map[string]string {
 	cfg := map[string]string{
@@ -92,20 +157,41 @@ func rawDrain(b *testing.B, m *harness.MariaDB, file string, pos, end uint32) in
 	}
 }
 
-func BenchmarkBinlogDrain(b *testing.B) {
-	m := setup(b)
-	db := "benchdrain"
+// drainBacklog is the binlog backlog of BenchmarkBinlogDrain, made once per process.
+var drainBacklog struct {
+	db        string
+	file      string
+	pos, end  uint32
+	made, bad bool
+}
+
+// makeDrainBacklog writes the backlog into a binlog file of its own, which it makes the oldest
+// (older ones are purged), so that snapshot.mode=never starts right at the backlog.
+func makeDrainBacklog(b *testing.B, m *harness.MariaDB) {
+	bl := &drainBacklog
+	if bl.bad {
+		b.Fatal("backlog setup failed before")
+	}
+	if bl.made {
+		return
+	}
+	bl.bad = true
+	bl.db = "benchdrain"
 	ctx := context.Background()
-	if err := m.Exec(ctx, "DROP DATABASE IF EXISTS "+db, "CREATE DATABASE "+db, "USE "+db,
-		"CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL, s VARCHAR(40) NOT NULL, d DATETIME(3))"); err != nil {
+	if err := m.Exec(ctx, "DROP DATABASE IF EXISTS "+bl.db, "CREATE DATABASE "+bl.db, "USE "+bl.db,
+		"CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL, s VARCHAR(40) NOT NULL, d DATETIME(3))",
+		"FLUSH BINARY LOGS"); err != nil {
 		b.Fatal(err)
 	}
-	c, err := client.Connect(m.Addr(), m.AppUser, m.AppPassword, db)
+	c, err := client.Connect(m.Addr(), m.AppUser, m.AppPassword, bl.db)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	file, pos := head(b, c)
+	file, _ := head(b, c)
+	if err := m.Exec(ctx, fmt.Sprintf("PURGE BINARY LOGS TO '%s'", file)); err != nil {
+		b.Fatal(err)
+	}
 	for i := 0; i < 980; i++ {
 		if _, err := c.Execute("INSERT INTO t (v, s, d) SELECT seq, CONCAT('bulk ', seq), NOW(3) FROM seq_1_to_1000"); err != nil {
 			b.Fatal(err)
@@ -117,31 +203,34 @@ func BenchmarkBinlogDrain(b *testing.B) {
 		}
 	}
 	_, end := head(b, c)
-	const rows = 1_000_000
+	bl.file, bl.pos, bl.end = file, 4, end
+	bl.made, bl.bad = true, false
+}
+
+func BenchmarkBinlogDrain(b *testing.B) {
+	m := setup(b)
+	makeDrainBacklog(b, m)
+	bl := &drainBacklog
 	b.ResetTimer()
 	for range b.N {
-		t0 := time.Now()
-		if n := rawDrain(b, m, file, pos, end); n != rows {
-			b.Fatalf("raw decode saw %d rows, want %d", n, rows)
+		r := rounds{}
+		for range benchRounds() {
+			if benchPhase("raw") {
+				t0 := time.Now()
+				if n := rawDrain(b, m, bl.file, bl.pos, bl.end); n != benchRows {
+					b.Fatalf("raw decode saw %d rows, want %d", n, benchRows)
+				}
+				r.add("raw", time.Since(t0))
+			}
+			if benchPhase("source") {
+				r.add("source", drainSource(b, benchConfig(m, bl.db, map[string]string{"snapshot.mode": "never"}), bl.file, bl.pos, benchRows))
+			}
+			if benchPhase("log") {
+				cfg := benchConfig(m, bl.db, map[string]string{"snapshot.mode": "never", "database.server.id": "7001"})
+				r.add("log", intoLog(b, cfg, "bench."+bl.db+".t", benchRows))
+			}
 		}
-		raw := time.Since(t0)
-
-		// the source alone
-		t0 = time.Now()
-		drainSource(b, benchConfig(m, db, map[string]string{"snapshot.mode": "never"}), file, pos, end, rows)
-		alone := time.Since(t0)
-
-		// the source into the log
-		t0 = time.Now()
-		drainIntoLog(b, benchConfig(m, db, nil), file, pos, end)
-		intoLog := time.Since(t0)
-
-		b.ReportMetric(rows/raw.Seconds(), "raw_rows/s")
-		b.ReportMetric(rows/alone.Seconds(), "source_rows/s")
-		b.ReportMetric(rows/intoLog.Seconds(), "log_rows/s")
-		b.ReportMetric(raw.Seconds()/alone.Seconds(), "source/raw")
-		b.ReportMetric(raw.Seconds()/intoLog.Seconds(), "log/raw")
-		b.ReportMetric(peakRSSMiB(), "peak_rss_MiB")
+		r.report(b, "raw", "source", "log")
 	}
 }
 
@@ -149,7 +238,9 @@ func startPosition(file string, pos uint32) connect.Position {
 	return connect.Position{Order: []byte{0}, State: []byte(fmt.Sprintf(`{"v":1,"epoch":0,"file":%q,"pos":%d}`, file, pos))}
 }
 
-func drainSource(b *testing.B, raw map[string]string, file string, pos, end uint32, want int) {
+// drainSource reads want records from a source opened at file:pos, acknowledging every batch
+// as the runtime would, and returns how long that took.
+func drainSource(b *testing.B, raw map[string]string, file string, pos uint32, want int) time.Duration {
 	p := mysql.Plugin()
 	cfg, errs := p.ParseConfig(raw)
 	if len(errs) > 0 {
@@ -160,6 +251,7 @@ func drainSource(b *testing.B, raw map[string]string, file string, pos, end uint
 		b.Fatal(err)
 	}
 	ctx := context.Background()
+	t0 := time.Now()
 	if err := src.Open(ctx, startPosition(file, pos)); err != nil {
 		b.Fatal(err)
 	}
@@ -171,14 +263,17 @@ func drainSource(b *testing.B, raw map[string]string, file string, pos, end uint
 			b.Fatal(err)
 		}
 		n += len(batch.Records)
+		if !batch.Position.IsZero() {
+			_ = src.Ack(ctx, batch.Position)
+		}
 	}
+	return time.Since(t0)
 }
 
-// drainIntoLog runs the source under the runtime into a wal until the committed position
-// reaches end.
-func drainIntoLog(b *testing.B, raw map[string]string, file string, pos, end uint32) {
-	dir := b.TempDir()
-	l, err := wal.Open(dir, wal.Options{})
+// intoLog runs the source under the runtime into a fresh log (fsync on) until topic holds
+// want records, and returns how long that took.
+func intoLog(b *testing.B, raw map[string]string, topic string, want int64) time.Duration {
+	l, err := wal.Open(b.TempDir(), wal.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -191,86 +286,113 @@ func drainIntoLog(b *testing.B, raw map[string]string, file string, pos, end uin
 	if err != nil {
 		b.Fatal(err)
 	}
-	raw["snapshot.mode"] = "never"
-	raw["database.server.id"] = "7001"
-	// start at file/pos: "never" starts at the oldest binlog, which is where the backlog begins
 	if err := rt.Add(runtime.ConnectorSpec{Name: "bench", Class: "mysql", Config: raw}); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	t0 := time.Now()
 	go func() { done <- rt.Run(ctx) }()
 	for {
-		p, err := rt.SourceOffset(context.Background(), "bench")
-		if err == nil && !p.IsZero() {
-			var st struct {
-				File string `json:"file"`
-				Pos  uint32 `json:"pos"`
+		if info, err := l.Describe(topic); err == nil {
+			var n int64
+			for _, p := range info.Partitions {
+				n += p.HighWatermark
 			}
-			if json.Unmarshal(p.State, &st) == nil && st.File >= file && st.Pos >= end {
+			if n >= want {
 				break
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		if time.Since(t0) > 10*time.Minute {
+			b.Fatal("drain into the log timed out")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
+	took := time.Since(t0)
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	return took
 }
+
+var snapshotTableMade bool
 
 func BenchmarkSnapshot(b *testing.B) {
 	m := setup(b)
 	db := "benchsnap"
 	ctx := context.Background()
-	if err := m.Exec(ctx, "DROP DATABASE IF EXISTS "+db, "CREATE DATABASE "+db, "USE "+db,
-		"CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL, s VARCHAR(40) NOT NULL, d DATETIME(3))",
-		"INSERT INTO t SELECT seq, seq % 1000, CONCAT('row ', seq), NOW(3) FROM seq_1_to_1000000"); err != nil {
-		b.Fatal(err)
+	if !snapshotTableMade {
+		if err := m.Exec(ctx, "DROP DATABASE IF EXISTS "+db, "CREATE DATABASE "+db, "USE "+db,
+			"CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL, s VARCHAR(40) NOT NULL, d DATETIME(3))",
+			"INSERT INTO t SELECT seq, seq % 1000, CONCAT('row ', seq), NOW(3) FROM seq_1_to_1000000"); err != nil {
+			b.Fatal(err)
+		}
+		snapshotTableMade = true
 	}
-	const rows = 1_000_000
 	b.ResetTimer()
 	for range b.N {
-		c, err := client.Connect(m.Addr(), m.ReplUser, m.ReplPassword, db)
-		if err != nil {
-			b.Fatal(err)
-		}
-		t0 := time.Now()
-		n := 0
-		var res gomysql.Result
-		if err := c.ExecuteSelectStreaming("SELECT * FROM t", &res, func(row []gomysql.FieldValue) error { n++; return nil }, nil); err != nil {
-			b.Fatal(err)
-		}
-		raw := time.Since(t0)
-		c.Close()
-		if n != rows {
-			b.Fatalf("SELECT * gave %d rows", n)
-		}
-
-		p := mysql.Plugin()
-		cfg, errs := p.ParseConfig(benchConfig(m, db, map[string]string{"snapshot.mode": "initial_only", "snapshot.locking.mode": "none"}))
-		if len(errs) > 0 {
-			b.Fatal(errs)
-		}
-		src, err := mysql.New(cfg, connect.Env{Connector: "bench"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		t0 = time.Now()
-		if err := src.Open(ctx, connect.Position{}); err != nil {
-			b.Fatal(err)
-		}
-		got := 0
-		for got < rows {
-			batch, err := src.Read(ctx)
-			if err != nil {
-				b.Fatal(err)
+		r := rounds{}
+		for range benchRounds() {
+			if benchPhase("select") {
+				r.add("select", selectAll(b, m, db))
 			}
-			got += len(batch.Records)
+			if benchPhase("snapshot") {
+				r.add("snapshot", snapshotAlone(b, m, db))
+			}
+			if benchPhase("log") {
+				cfg := benchConfig(m, db, map[string]string{"snapshot.mode": "initial_only", "snapshot.locking.mode": "none", "database.server.id": "7002"})
+				r.add("log", intoLog(b, cfg, "bench."+db+".t", benchRows))
+			}
 		}
-		snap := time.Since(t0)
-		src.Close(ctx)
-		b.ReportMetric(rows/raw.Seconds(), "select_rows/s")
-		b.ReportMetric(rows/snap.Seconds(), "snapshot_rows/s")
-		b.ReportMetric(raw.Seconds()/snap.Seconds(), "snapshot/select")
-		b.ReportMetric(peakRSSMiB(), "peak_rss_MiB")
+		r.report(b, "select", "snapshot", "log")
 	}
+}
+
+// selectAll streams SELECT * of the table to nowhere.
+func selectAll(b *testing.B, m *harness.MariaDB, db string) time.Duration {
+	c, err := client.Connect(m.Addr(), m.ReplUser, m.ReplPassword, db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	t0 := time.Now()
+	n := 0
+	var res gomysql.Result
+	if err := c.ExecuteSelectStreaming("SELECT * FROM t", &res, func(row []gomysql.FieldValue) error { n++; return nil }, nil); err != nil {
+		b.Fatal(err)
+	}
+	took := time.Since(t0)
+	if n != benchRows {
+		b.Fatalf("SELECT * gave %d rows", n)
+	}
+	return took
+}
+
+// snapshotAlone reads the table through the source's snapshot (Open to the last row).
+func snapshotAlone(b *testing.B, m *harness.MariaDB, db string) time.Duration {
+	ctx := context.Background()
+	p := mysql.Plugin()
+	cfg, errs := p.ParseConfig(benchConfig(m, db, map[string]string{"snapshot.mode": "initial_only", "snapshot.locking.mode": "none"}))
+	if len(errs) > 0 {
+		b.Fatal(errs)
+	}
+	src, err := mysql.New(cfg, connect.Env{Connector: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close(ctx)
+	t0 := time.Now()
+	if err := src.Open(ctx, connect.Position{}); err != nil {
+		b.Fatal(err)
+	}
+	got := 0
+	for got < benchRows {
+		batch, err := src.Read(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got += len(batch.Records)
+	}
+	return time.Since(t0)
 }

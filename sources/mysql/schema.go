@@ -28,6 +28,11 @@ type table struct {
 	key      []int // columns of the record key (message.key.columns, else the primary key)
 	order    []int // primary key columns, in key order, for chunked snapshot reads
 	topic    string
+
+	// derived by finishTable, for building records
+	nOut    int // columns in row images (not excluded)
+	dbBox   any // db, boxed once
+	nameBox any // name, boxed once
 }
 
 func (t *table) id() string { return t.db + "." + t.name }
@@ -236,11 +241,18 @@ func stringLength(meta uint16) int {
 // finishTable applies the configuration (column filter, masks, key override, topic).
 func (s *Source) finishTable(t *table, pk []int) {
 	f := s.cfg.filter
+	t.nOut = 0
 	for i := range t.cols {
 		c := &t.cols[i]
 		c.excluded = !f.column(t.db, t.name, c.name)
 		c.mask = f.masker(t.db, t.name, c.name)
+		c.out = -1
+		if !c.excluded {
+			c.out = t.nOut
+			t.nOut++
+		}
 	}
+	t.dbBox, t.nameBox = t.db, nilIfEmpty(t.name)
 	t.order = pk
 	t.key = pk
 	if cols := f.keyOverride(t.db, t.name); cols != nil {

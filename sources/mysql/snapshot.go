@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-mysql-org/go-mysql/client"
@@ -57,22 +58,51 @@ type snapshotter struct {
 	epoch  uint32
 	resume *state
 
-	plan     *snapPlan
-	conn     *client.Conn
-	vfile    string // this transaction's consistent point, the version of its rows
-	vpos     uint32
-	vseq     uint32
-	started  time.Time
-	tables   []*table
+	plan    *snapPlan
+	conn    *client.Conn
+	vfile   string // this transaction's consistent point, the version of its rows
+	vpos    uint32
+	vseq    uint32
+	started time.Time
+	tables  []*table
+
+	// the chunk reader (run), after open
+	out    chan snapItem
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	err    error // the reader's error, returned by every later read
+
+	// owned by the chunk reader
 	ti       int
-	after    []any
-	afterEnc []string
+	after    []any    // key of the last row read: the arguments of the next chunk query
+	keyJSON  []byte   // the same key rendered for States: "i:1","x:6b"
+	keyVals  []keyVal // the same key, saved from the last row of a chunk
 	rows     int64
 	run      uint32
 	stmt     *client.Stmt
 	stmtKind int // 0: first chunk, 1: next chunks
-	pending  []connect.Record
 	progress map[string][2]int64
+	cur      []connect.Record   // batch being filled
+	full     [][]connect.Record // full batches of the chunk being read
+	held     []connect.Record   // the last batch read, held back until a later row exists
+	fields   fieldArena
+	arena    posArena
+	srcFor   *table // the table whose shared source block is srcBox
+	srcBox   any
+}
+
+// snapItem is one batch from the chunk reader to read, or its error.
+type snapItem struct {
+	recs []connect.Record
+	done bool // the snapshot's last batch
+	err  error
+}
+
+// keyVal is one key value of a result row, kept beyond the row's callback.
+type keyVal struct {
+	typ  gomysql.FieldValueType
+	bits uint64 // signed, unsigned or float64 bits
+	str  []byte
 }
 
 func newSnapshotter(s *Source, epoch uint32, resume *state) *snapshotter {
@@ -201,7 +231,12 @@ func (sn *snapshotter) open(ctx context.Context) error {
 				if sn.after, err = decodeKeyArgs(sp.After); err != nil {
 					return connect.Permanentf("snapshot: stored position: %w", err)
 				}
-				sn.afterEnc = sp.After
+				for i, a := range sp.After {
+					if i > 0 {
+						sn.keyJSON = append(sn.keyJSON, ',')
+					}
+					sn.keyJSON = strconv.AppendQuote(sn.keyJSON, a)
+				}
 			} else {
 				sn.rows = 0
 			}
@@ -218,6 +253,15 @@ func (sn *snapshotter) open(ctx context.Context) error {
 		sn.progress[id] = [2]int64{done, sn.plan.Totals[i]}
 	}
 	s.log.Info("snapshot started", "tables", len(sn.plan.Tables), "binlog", sn.vfile, "pos", sn.vpos, "resumed", sn.resume != nil)
+	// the chunk reader hands over whole chunks and reads the next meanwhile
+	sn.out = make(chan snapItem, s.cfg.fetchSize/s.cfg.maxBatch+2)
+	rctx, cancel := context.WithCancel(context.Background())
+	sn.cancel = cancel
+	sn.wg.Add(1)
+	go func() {
+		defer sn.wg.Done()
+		sn.runReader(rctx)
+	}()
 	return nil
 }
 
@@ -240,7 +284,13 @@ func keyMode(t *table) int {
 	return keyEncodable
 }
 
+// close stops the chunk reader and closes the connection.
 func (sn *snapshotter) close() {
+	if sn.cancel != nil {
+		sn.cancel()
+		sn.wg.Wait()
+		sn.cancel = nil
+	}
 	if sn.stmt != nil {
 		sn.stmt.Close()
 		sn.stmt = nil
@@ -254,23 +304,111 @@ func (sn *snapshotter) close() {
 // read returns the next batch of snapshot records; done is true once every table was read (the
 // batch may still hold the last records).
 func (sn *snapshotter) read(ctx context.Context) (connect.Batch, bool, error) {
-	for len(sn.pending) == 0 {
-		if sn.ti >= len(sn.tables) {
-			return connect.Batch{}, true, nil
-		}
-		if err := sn.chunk(ctx); err != nil {
-			return connect.Batch{}, false, err
-		}
+	if sn.err != nil {
+		return connect.Batch{}, false, sn.err
 	}
-	n := min(len(sn.pending), sn.s.cfg.maxBatch)
-	recs := sn.pending[:n:n]
-	sn.pending = sn.pending[n:]
-	b := connect.Batch{Records: recs, Position: recs[n-1].Position}
-	done := len(sn.pending) == 0 && sn.ti >= len(sn.tables)
-	return b, done, nil
+	select {
+	case it := <-sn.out:
+		if it.err != nil {
+			sn.err = it.err
+			return connect.Batch{}, false, it.err
+		}
+		b := connect.Batch{Records: it.recs}
+		if n := len(it.recs); n > 0 {
+			b.Position = it.recs[n-1].Position
+		}
+		return b, it.done, nil
+	case <-ctx.Done():
+		return connect.Batch{}, false, ctx.Err()
+	}
 }
 
-// chunk reads the next chunk of the current table into pending.
+// runReader reads every remaining chunk and hands the records to read in batches. The last
+// batch read is held back until a later row exists, so that the snapshot's last record can be
+// marked "last" even when the tables after it are empty.
+func (sn *snapshotter) runReader(ctx context.Context) {
+	send := func(it snapItem) bool {
+		select {
+		case sn.out <- it:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for sn.ti < len(sn.tables) {
+		if err := sn.chunk(ctx); err != nil {
+			send(snapItem{err: err})
+			return
+		}
+		batches := sn.full
+		if len(sn.cur) > 0 {
+			batches = append(batches, sn.cur)
+			sn.cur = nil
+		}
+		sn.full = nil
+		if len(batches) == 0 {
+			continue
+		}
+		if len(sn.held) > 0 && !send(snapItem{recs: sn.held}) {
+			return
+		}
+		for _, b := range batches[:len(batches)-1] {
+			if !send(snapItem{recs: b}) {
+				return
+			}
+		}
+		sn.held = batches[len(batches)-1]
+	}
+	if n := len(sn.held); n > 0 {
+		markLast(&sn.held[n-1])
+	}
+	send(snapItem{recs: sn.held, done: true})
+	sn.held = nil
+}
+
+// add appends a record to the batch being filled.
+func (sn *snapshotter) add(r connect.Record) {
+	if sn.cur == nil {
+		sn.cur = make([]connect.Record, 0, sn.s.cfg.maxBatch)
+	}
+	sn.cur = append(sn.cur, r)
+	if len(sn.cur) == sn.s.cfg.maxBatch {
+		sn.full = append(sn.full, sn.cur)
+		sn.cur = nil
+	}
+}
+
+// textKeys reports whether chunks of t are read with plain queries (the text protocol), with
+// the key values of the last row written into the statement: tables without a key (OFFSET
+// pages) and tables keyed by integers. Other keys are bound to a prepared statement.
+func textKeys(t *table, mode int) bool {
+	if mode == keyless {
+		return true
+	}
+	for _, i := range t.order {
+		switch t.cols[i].kind {
+		case kindInt, kindUint64, kindYear:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// intArgs reports whether every argument is an integer (a stored position of a table whose key
+// type changed since may hold others).
+func intArgs(args []any) bool {
+	for _, a := range args {
+		switch a.(type) {
+		case int, int64, uint64:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// chunk reads the next chunk of the current table into batches.
 func (sn *snapshotter) chunk(ctx context.Context) error {
 	s := sn.s
 	t := sn.tables[sn.ti]
@@ -282,25 +420,10 @@ func (sn *snapshotter) chunk(ctx context.Context) error {
 	mode := keyMode(t)
 	limit := s.cfg.fetchSize
 	first := len(sn.after) == 0 && (mode != keyless || sn.rows == 0)
-	kind := 1
-	if first {
-		kind = 0
-	}
-	if sn.stmt == nil || sn.stmtKind != kind {
-		if sn.stmt != nil {
-			sn.stmt.Close()
-		}
-		q := chunkQuery(t, mode, first)
-		st, err := sn.conn.Prepare(q)
-		if err != nil {
-			return fmt.Errorf("snapshot %s: prepare %q: %w", id, q, err)
-		}
-		sn.stmt, sn.stmtKind = st, kind
-	}
 	if first && sn.epoch > 0 {
 		// a re-snapshot (the binlog was lost): rows deleted meanwhile have no delete event, so
 		// the table starts over with a truncate event
-		sn.pending = append(sn.pending, sn.truncateRecord(t))
+		sn.add(sn.truncateRecord(t))
 	}
 	var args []any
 	switch {
@@ -316,77 +439,41 @@ func (sn *snapshotter) chunk(ctx context.Context) error {
 		}
 		args = append(args, limit)
 	}
+	text := textKeys(t, mode) && intArgs(args)
+	if !text {
+		kind := 1
+		if first {
+			kind = 0
+		}
+		if sn.stmt == nil || sn.stmtKind != kind {
+			if sn.stmt != nil {
+				sn.stmt.Close()
+			}
+			q := chunkQuery(t, mode, first, nil)
+			st, err := sn.conn.Prepare(q)
+			if err != nil {
+				return fmt.Errorf("snapshot %s: prepare %q: %w", id, q, err)
+			}
+			sn.stmt, sn.stmtKind = st, kind
+		}
+	}
 	stop := context.AfterFunc(ctx, func() { sn.conn.Close() })
 	defer stop()
 
-	got := 0
-	last := sn.ti == len(sn.tables)-1
-	tsMs := sn.started.UnixMilli()
-	ver := version(sn.vseq, sn.vpos)
+	if sn.srcFor != t {
+		sn.srcFor = t
+		sn.srcBox = s.sourceBlock(sn.started.UnixMilli(), "true", t.db, t.name, 0, nil, sn.vfile, sn.vpos, 0, nil)
+	}
+	rc := rowConverter{sn: sn, t: t, mode: mode, id: id, nowMs: s.now().UnixMilli(), version: version(sn.vseq, sn.vpos)}
 	var res gomysql.Result
-	var rowErr error
-	err := sn.stmt.ExecuteSelectStreaming(&res, func(row []gomysql.FieldValue) error {
-		got++
-		sn.rows++
-		after := make(connect.Row, 0, len(t.cols))
-		for i := range t.cols {
-			c := &t.cols[i]
-			if c.excluded {
-				continue
-			}
-			v, err := c.snapshotValue(&row[i], &s.opts)
-			if err != nil {
-				rowErr = fmt.Errorf("snapshot %s: %w", id, err)
-				return rowErr
-			}
-			if c.mask != nil {
-				v = c.mask(v)
-			}
-			after = append(after, connect.Field{Name: c.name, Value: v})
-		}
-		var key connect.Row
-		if len(t.key) > 0 {
-			key = make(connect.Row, len(t.key))
-			for k, i := range t.key {
-				v, err := t.cols[i].snapshotValue(&row[i], &s.opts)
-				if err != nil {
-					rowErr = fmt.Errorf("snapshot %s: key: %w", id, err)
-					return rowErr
-				}
-				key[k] = connect.Field{Name: t.cols[i].name, Value: v}
-			}
-		}
-		var order []byte
-		order = binary.BigEndian.AppendUint32(order, sn.epoch)
-		order = append(order, phaseSnapshot)
-		order = binary.BigEndian.AppendUint32(order, uint32(sn.ti))
-		if mode != keyless {
-			sn.after = sn.after[:0]
-			sn.afterEnc = sn.afterEnc[:0]
-			for _, i := range t.order {
-				sn.after = append(sn.after, keyArg(&row[i]))
-				sn.afterEnc = append(sn.afterEnc, encodeKeyArg(&row[i]))
-			}
-		}
-		if mode == keyEncodable {
-			order = append(order, 0x01)
-			for _, i := range t.order {
-				order = appendKeyValue(order, t.cols[i].kind, &row[i])
-			}
-		} else {
-			order = append(order, 0x02)
-			order = binary.BigEndian.AppendUint32(order, sn.run)
-			order = binary.BigEndian.AppendUint64(order, uint64(sn.rows))
-		}
-		pos := connect.Position{Order: order, State: sn.appendState(nil)}
-		src := s.sourceBlock(tsMs, "true", t.db, t.name, 0, nil, sn.vfile, sn.vpos, 0, nil)
-		ev := connect.ChangeEvent{After: after, Source: src, Op: connect.OpRead, TsMs: s.now().UnixMilli()}
-		rec := connect.Record{Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started, Key: keyOrNil(key), Value: ev.Row(), Version: ver, Position: pos}
-		sn.pending = append(sn.pending, rec)
-		return nil
-	}, nil, args...)
-	if rowErr != nil {
-		return rowErr
+	var err error
+	if text {
+		err = sn.conn.ExecuteSelectStreaming(chunkQuery(t, mode, first, args), &res, rc.row, nil)
+	} else {
+		err = sn.stmt.ExecuteSelectStreaming(&res, rc.row, nil, args...)
+	}
+	if rc.err != nil {
+		return rc.err
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -394,13 +481,15 @@ func (sn *snapshotter) chunk(ctx context.Context) error {
 		}
 		return fmt.Errorf("snapshot %s: read chunk: %w", id, err)
 	}
-	s.stats.events.Add(int64(got))
-	sn.progress[id] = [2]int64{sn.rows, sn.plan.Totals[sn.ti]}
-	if got < limit {
-		if last && len(sn.pending) > 0 {
-			setSnapshotFlag(sn.pending[len(sn.pending)-1], "last")
+	if mode != keyless && rc.got > 0 {
+		sn.after = sn.after[:0]
+		for _, kv := range sn.keyVals {
+			sn.after = append(sn.after, kv.arg())
 		}
-		sn.progress[id] = [2]int64{sn.rows, sn.plan.Totals[sn.ti]}
+	}
+	s.stats.events.Add(int64(rc.got))
+	sn.progress[id] = [2]int64{sn.rows, sn.plan.Totals[sn.ti]}
+	if rc.got < limit {
 		sn.nextTable()
 	}
 	p := make(map[string][2]int64, len(sn.progress))
@@ -409,6 +498,135 @@ func (sn *snapshotter) chunk(ctx context.Context) error {
 	}
 	s.stats.progress.Store(&p)
 	return nil
+}
+
+// rowConverter turns the rows of one chunk into records.
+type rowConverter struct {
+	sn      *snapshotter
+	t       *table
+	mode    int
+	id      string
+	nowMs   any
+	version int64
+	got     int
+	err     error
+}
+
+func (rc *rowConverter) row(row []gomysql.FieldValue) error {
+	sn, t := rc.sn, rc.t
+	opts := &sn.s.opts
+	rc.got++
+	sn.rows++
+	nk := len(t.key)
+	blk := sn.fields.newBlock(0, t.nOut, nk)
+	for i := range t.cols {
+		c := &t.cols[i]
+		if c.excluded {
+			continue
+		}
+		v, err := c.snapshotValue(&row[i], opts)
+		if err != nil {
+			rc.err = fmt.Errorf("snapshot %s: %w", rc.id, err)
+			return rc.err
+		}
+		if c.mask != nil {
+			v = c.mask(v)
+		}
+		blk.after[c.out] = connect.Field{Name: c.name, Value: v}
+	}
+	var key any
+	if nk > 0 {
+		for j, i := range t.key {
+			c := &t.cols[i]
+			if !c.excluded && c.mask == nil {
+				blk.key[j] = blk.after[c.out]
+				continue
+			}
+			v, err := c.snapshotValue(&row[i], opts)
+			if err != nil {
+				rc.err = fmt.Errorf("snapshot %s: key: %w", rc.id, err)
+				return rc.err
+			}
+			blk.key[j] = connect.Field{Name: c.name, Value: v}
+		}
+		key = blk.key
+	}
+	if rc.mode != keyless {
+		sn.saveKey(t, row)
+	}
+	sn.add(connect.Record{
+		Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started,
+		Key: key, Value: blk.envelope(nil, blk.after, sn.srcBox, connect.OpRead, rc.nowMs),
+		Version: rc.version, Position: sn.position(t, rc.mode, row),
+	})
+	return nil
+}
+
+// saveKey keeps the key of a row beyond its callback: for the State of its position and the
+// next chunk query.
+func (sn *snapshotter) saveKey(t *table, row []gomysql.FieldValue) {
+	if len(sn.keyVals) != len(t.order) {
+		sn.keyVals = make([]keyVal, len(t.order))
+	}
+	sn.keyJSON = sn.keyJSON[:0]
+	for j, i := range t.order {
+		fv := &row[i]
+		kv := &sn.keyVals[j]
+		kv.typ = fv.Type
+		switch fv.Type {
+		case gomysql.FieldValueTypeSigned, gomysql.FieldValueTypeUnsigned:
+			kv.bits = fv.AsUint64()
+		case gomysql.FieldValueTypeFloat:
+			kv.bits = math.Float64bits(fv.AsFloat64())
+		case gomysql.FieldValueTypeString:
+			kv.str = append(kv.str[:0], fv.AsString()...)
+		}
+		if j > 0 {
+			sn.keyJSON = append(sn.keyJSON, ',')
+		}
+		sn.keyJSON = append(sn.keyJSON, '"')
+		sn.keyJSON = appendKeyArg(sn.keyJSON, fv)
+		sn.keyJSON = append(sn.keyJSON, '"')
+	}
+}
+
+// arg converts a saved key value into a statement argument.
+func (kv *keyVal) arg() any {
+	switch kv.typ {
+	case gomysql.FieldValueTypeSigned:
+		return int64(kv.bits)
+	case gomysql.FieldValueTypeUnsigned:
+		return kv.bits
+	case gomysql.FieldValueTypeFloat:
+		return math.Float64frombits(kv.bits)
+	case gomysql.FieldValueTypeString:
+		return append([]byte(nil), kv.str...)
+	}
+	return nil
+}
+
+// position is the position right after the row just read.
+func (sn *snapshotter) position(t *table, mode int, row []gomysql.FieldValue) connect.Position {
+	a := &sn.arena
+	a.reserve(64 + 2*len(sn.keyJSON) + 24*len(t.order))
+	start := len(a.buf)
+	a.buf = binary.BigEndian.AppendUint32(a.buf, sn.epoch)
+	a.buf = append(a.buf, phaseSnapshot)
+	a.buf = binary.BigEndian.AppendUint32(a.buf, uint32(sn.ti))
+	if mode == keyEncodable {
+		a.buf = append(a.buf, 0x01)
+		for _, i := range t.order {
+			a.buf = appendKeyValue(a.buf, t.cols[i].kind, &row[i])
+		}
+	} else {
+		a.buf = append(a.buf, 0x02)
+		a.buf = binary.BigEndian.AppendUint32(a.buf, sn.run)
+		a.buf = binary.BigEndian.AppendUint64(a.buf, uint64(sn.rows))
+	}
+	order := a.cut(start)
+	start = len(a.buf)
+	a.buf = sn.appendState(a.buf)
+	return connect.Position{Order: order, State: a.cut(start)}
 }
 
 // truncateRecord is the op "t" event that starts a table of a re-snapshot. Its Order sorts
@@ -426,22 +644,26 @@ func (sn *snapshotter) truncateRecord(t *table) connect.Record {
 		Version: version(sn.vseq, sn.vpos), Position: connect.Position{Order: order, State: sn.appendState(nil)}}
 }
 
-func keyOrNil(k connect.Row) any {
-	if k == nil {
-		return nil
+// markLast sets source.snapshot of the snapshot's last record to "last", on a copy of the source
+// block the record shares with the others of its table.
+func markLast(rec *connect.Record) {
+	env, ok := rec.Value.(connect.Row)
+	if !ok {
+		return
 	}
-	return k
-}
-
-func setSnapshotFlag(rec connect.Record, flag string) {
-	v := rec.Value.(connect.Row)
-	src := v[v.Index(connect.FieldSource)].Value.(connect.Row)
-	src[src.Index("snapshot")].Value = flag
+	i := env.Index(connect.FieldSource)
+	src, ok := env[i].Value.(connect.Row)
+	if i < 0 || !ok {
+		return
+	}
+	own := src.Clone()
+	own[own.Index("snapshot")].Value = "last"
+	env[i].Value = own
 }
 
 func (sn *snapshotter) nextTable() {
 	sn.ti++
-	sn.after, sn.afterEnc, sn.rows, sn.run = nil, nil, 0, 0
+	sn.after, sn.keyJSON, sn.keyVals, sn.rows, sn.run = nil, nil, nil, 0, 0
 	if sn.stmt != nil {
 		sn.stmt.Close()
 		sn.stmt = nil
@@ -454,14 +676,9 @@ func (sn *snapshotter) appendState(dst []byte) []byte {
 	dst = strconv.AppendUint(dst, uint64(sn.epoch), 10)
 	dst = append(dst, `,"snapshot":{"table":`...)
 	dst = strconv.AppendInt(dst, int64(sn.ti), 10)
-	if len(sn.afterEnc) > 0 {
+	if len(sn.keyJSON) > 0 {
 		dst = append(dst, `,"after":[`...)
-		for i, a := range sn.afterEnc {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = strconv.AppendQuote(dst, a)
-		}
+		dst = append(dst, sn.keyJSON...)
 		dst = append(dst, ']')
 	}
 	dst = append(dst, `,"rows":`...)
@@ -473,9 +690,27 @@ func (sn *snapshotter) appendState(dst []byte) []byte {
 	return append(dst, "}}"...)
 }
 
-// chunkQuery builds the statement that reads one chunk of t.
-func chunkQuery(t *table, mode int, first bool) string {
+// chunkQuery builds the statement that reads one chunk of t. With args nil it has a ? for each
+// argument (a prepared statement); otherwise the arguments, integers, are written into it.
+func chunkQuery(t *table, mode int, first bool, args []any) string {
 	var b strings.Builder
+	arg := func() {
+		if args == nil {
+			b.WriteString("?")
+			return
+		}
+		switch v := args[0].(type) {
+		case int:
+			b.WriteString(strconv.Itoa(v))
+		case int64:
+			b.WriteString(strconv.FormatInt(v, 10))
+		case uint64:
+			b.WriteString(strconv.FormatUint(v, 10))
+		default:
+			panic(fmt.Sprintf("chunk query argument of type %T", v)) // textKeys admits integers only
+		}
+		args = args[1:]
+	}
 	b.WriteString("SELECT ")
 	for i := range t.cols {
 		if i > 0 {
@@ -486,7 +721,10 @@ func chunkQuery(t *table, mode int, first bool) string {
 	b.WriteString(" FROM ")
 	b.WriteString(quoteName(t.db) + "." + quoteName(t.name))
 	if mode == keyless {
-		b.WriteString(" LIMIT ? OFFSET ?")
+		b.WriteString(" LIMIT ")
+		arg()
+		b.WriteString(" OFFSET ")
+		arg()
 		return b.String()
 	}
 	if !first {
@@ -503,10 +741,11 @@ func chunkQuery(t *table, mode int, first bool) string {
 				}
 				b.WriteString(quoteName(t.cols[t.order[j]].name))
 				if j < i {
-					b.WriteString(" = ?")
+					b.WriteString(" = ")
 				} else {
-					b.WriteString(" > ?")
+					b.WriteString(" > ")
 				}
+				arg()
 			}
 			b.WriteString(")")
 		}
@@ -518,38 +757,24 @@ func chunkQuery(t *table, mode int, first bool) string {
 		}
 		b.WriteString(quoteName(t.cols[k].name))
 	}
-	b.WriteString(" LIMIT ?")
+	b.WriteString(" LIMIT ")
+	arg()
 	return b.String()
 }
 
-// keyArg converts a key value of a result row into a statement argument.
-func keyArg(fv *gomysql.FieldValue) any {
+// appendKeyArg renders a key value for the stored position: i:, u:, f: or x: (hex bytes).
+func appendKeyArg(dst []byte, fv *gomysql.FieldValue) []byte {
 	switch fv.Type {
 	case gomysql.FieldValueTypeSigned:
-		return fv.AsInt64()
+		return strconv.AppendInt(append(dst, "i:"...), fv.AsInt64(), 10)
 	case gomysql.FieldValueTypeUnsigned:
-		return fv.AsUint64()
+		return strconv.AppendUint(append(dst, "u:"...), fv.AsUint64(), 10)
 	case gomysql.FieldValueTypeFloat:
-		return fv.AsFloat64()
+		return strconv.AppendFloat(append(dst, "f:"...), fv.AsFloat64(), 'g', -1, 64)
 	case gomysql.FieldValueTypeString:
-		return append([]byte(nil), fv.AsString()...)
+		return hex.AppendEncode(append(dst, "x:"...), fv.AsString())
 	}
-	return nil
-}
-
-// encodeKeyArg renders a key value for the stored position: i:, u:, f: or x: (hex bytes).
-func encodeKeyArg(fv *gomysql.FieldValue) string {
-	switch fv.Type {
-	case gomysql.FieldValueTypeSigned:
-		return "i:" + strconv.FormatInt(fv.AsInt64(), 10)
-	case gomysql.FieldValueTypeUnsigned:
-		return "u:" + strconv.FormatUint(fv.AsUint64(), 10)
-	case gomysql.FieldValueTypeFloat:
-		return "f:" + strconv.FormatFloat(fv.AsFloat64(), 'g', -1, 64)
-	case gomysql.FieldValueTypeString:
-		return "x:" + hex.EncodeToString(fv.AsString())
-	}
-	return "n:"
+	return append(dst, "n:"...)
 }
 
 func decodeKeyArgs(enc []string) ([]any, error) {
@@ -594,5 +819,3 @@ func appendKeyValue(dst []byte, k kind, fv *gomysql.FieldValue) []byte {
 	}
 	return dst
 }
-
-var _ = json.Marshal

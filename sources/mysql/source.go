@@ -39,8 +39,9 @@ type Source struct {
 	// idle (snapshot.mode=initial_only after the snapshot): the position to report
 	idlePos connect.Position
 
-	stats stats
-	now   func() time.Time
+	stats       stats
+	now         func() time.Time
+	srcTemplate [srcFields]connect.Field // see sourceTemplate
 }
 
 const phaseIdle = 2
@@ -68,7 +69,8 @@ func New(cfg connect.Config, env connect.Env) (*Source, error) {
 			timeConnect:   s.timeConnect,
 			bigintPrecise: s.bigintPrecise,
 		},
-		now: time.Now,
+		now:         time.Now,
+		srcTemplate: sourceTemplate(s),
 	}, nil
 }
 
@@ -275,22 +277,39 @@ func (s *Source) Close(ctx context.Context) error {
 
 // sourceBlock builds the Debezium source block, in Debezium's field order.
 func (s *Source) sourceBlock(tsMs int64, snapshot string, db, table string, serverID uint32, gtid any, file string, pos uint32, row int, thread any) connect.Row {
-	return connect.Row{
-		{Name: "version", Value: s.cfg.sourceVersion},
+	src := make(connect.Row, srcFields)
+	copy(src, s.srcTemplate[:])
+	src[srcTsMs].Value = tsMs
+	src[srcSnapshot].Value = snapshot
+	src[srcDB].Value = db
+	src[srcTable].Value = nilIfEmpty(table)
+	src[srcServerID].Value = int64(serverID)
+	src[srcGTID].Value = gtid
+	src[srcFile].Value = file
+	src[srcPos].Value = int64(pos)
+	src[srcRow].Value = boxInt(int64(row))
+	src[srcThread].Value = thread
+	return src
+}
+
+// sourceTemplate is the source block with the fields every record shares set.
+func sourceTemplate(cfg *settings) [srcFields]connect.Field {
+	return [srcFields]connect.Field{
+		{Name: "version", Value: cfg.sourceVersion},
 		{Name: "connector", Value: "mysql"},
-		{Name: "name", Value: s.cfg.prefix},
-		{Name: "ts_ms", Value: tsMs},
-		{Name: "snapshot", Value: snapshot},
-		{Name: "db", Value: db},
-		{Name: "sequence", Value: nil},
-		{Name: "table", Value: nilIfEmpty(table)},
-		{Name: "server_id", Value: int64(serverID)},
-		{Name: "gtid", Value: gtid},
-		{Name: "file", Value: file},
-		{Name: "pos", Value: int64(pos)},
-		{Name: "row", Value: int64(row)},
-		{Name: "thread", Value: thread},
-		{Name: "query", Value: nil},
+		{Name: "name", Value: cfg.prefix},
+		{Name: "ts_ms"},
+		{Name: "snapshot"},
+		{Name: "db"},
+		{Name: "sequence"},
+		{Name: "table"},
+		{Name: "server_id"},
+		{Name: "gtid"},
+		{Name: "file"},
+		{Name: "pos"},
+		{Name: "row"},
+		{Name: "thread"},
+		{Name: "query"},
 	}
 }
 

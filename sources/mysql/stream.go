@@ -1,9 +1,12 @@
 package mysql
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +28,16 @@ import (
 // so a restart resumes inside a transaction: the reader starts at the transaction's first event
 // and skips the row changes the log already holds. Lost connections are retried here with
 // exponential backoff for reconnect.timeout.ms, from that same resume point.
+
+// txShared is what the records of one transaction share, made on its first record.
+type txShared struct {
+	ready                    bool
+	src                      [srcFields]connect.Field // source block; db, table, server_id and row are set per record
+	version                  int64
+	statePrefix, stateSuffix []byte         // a record's State is prefix, ,"row":N, suffix
+	order                    []byte         // epoch | phase | file number | transaction start
+	srcs                     []sharedSource // by row number in the event
+}
 
 type streamer struct {
 	s *Source
@@ -69,6 +82,14 @@ type streamer struct {
 	cur    *replication.RowsEvent // rows event being emitted
 	curRow int                    // next row (image) index in cur
 	curHdr *replication.EventHeader
+
+	tx      txShared   // of the current transaction's records
+	arena   posArena   // positions of the records
+	fields  fieldArena // rows of the records
+	nowMs   any        // processing time of the current read, boxed
+	sid     uint32     // the last server id boxed, and its box
+	sidBox  any
+	lastLen int // records of the last batch, to size the next
 
 	tables map[uint64]*tableMeta
 
@@ -120,6 +141,7 @@ func (m *streamer) open(ctx context.Context) error {
 		ReadTimeout:             3 * period,
 		DisableRetrySync:        true,
 		EventCacheCount:         1,
+		DiscardGTIDSet:          true,
 		Logger:                  s.log.With("component", "binlog"),
 		SynchronousEventHandler: &eventHandler{ch: m.events, stop: m.stop},
 	}
@@ -264,15 +286,14 @@ func (m *streamer) next(ctx context.Context, block bool, timeout <-chan time.Tim
 // batch collects the records of one Read.
 type batch struct {
 	recs []connect.Record
-	buf  []byte // Orders and States of the records are cut from here
 }
-
-func (b *batch) cut(start int) []byte { return b.buf[start:len(b.buf):len(b.buf)] }
 
 // read implements Source.Read while streaming.
 func (m *streamer) read(ctx context.Context) (connect.Batch, error) {
 	s := m.s
-	b := &batch{recs: make([]connect.Record, 0, 64), buf: make([]byte, 0, 16<<10)}
+	// a backlog fills batches: size the next like the last
+	b := &batch{recs: make([]connect.Record, 0, min(max(m.lastLen, 64), s.cfg.maxBatch))}
+	m.nowMs = s.now().UnixMilli()
 	var hb <-chan time.Time
 	if s.cfg.heartbeat > 0 {
 		t := time.NewTimer(s.cfg.heartbeat)
@@ -339,6 +360,7 @@ func (m *streamer) permanent(err error) error {
 }
 
 func (m *streamer) finish(b *batch) connect.Batch {
+	m.lastLen = len(b.recs)
 	p := m.position()
 	m.lastPos = p
 	return connect.Batch{Records: b.recs, Position: p}
@@ -463,6 +485,7 @@ func (m *streamer) beginTx(start uint32, h *replication.EventHeader, gtid string
 	m.txTime = time.Unix(int64(h.Timestamp), 0)
 	m.txRow = 0
 	m.thread = nil
+	m.tx.ready = false
 	if m.skip > 0 {
 		if m.txFile != m.skipFile || m.txPos != m.skipPos {
 			m.skip = 0
@@ -514,11 +537,9 @@ func (m *streamer) tableMap(ev *replication.BinlogEvent, e *replication.TableMap
 
 // emitRows emits the rows of cur until the batch is full.
 func (m *streamer) emitRows(b *batch) error {
-	s := m.s
 	e := m.cur
-	meta := m.tables[e.TableID]
 	var t *table
-	if meta != nil {
+	if meta := m.tables[e.TableID]; meta != nil {
 		t = meta.tbl
 	}
 	var op connect.Op
@@ -534,7 +555,19 @@ func (m *streamer) emitRows(b *batch) error {
 		m.cur = nil
 		return nil
 	}
-	for m.curRow+step <= len(e.Rows) {
+	done, err := m.emitImages(b, t, op, step, e.Rows)
+	if done {
+		m.cur = nil
+	}
+	return err
+}
+
+// emitImages emits the row changes of rows (one image each, two for updates) from m.curRow on
+// until the batch is full; done reports that every row was handled. t is nil for a table that
+// is not captured.
+func (m *streamer) emitImages(b *batch, t *table, op connect.Op, step int, rows [][]any) (done bool, err error) {
+	s := m.s
+	for m.curRow+step <= len(rows) {
 		i := m.curRow
 		m.curRow += step
 		if !m.slot() || t == nil || s.cfg.skip[op] {
@@ -543,76 +576,124 @@ func (m *streamer) emitRows(b *batch) error {
 			}
 			continue
 		}
-		if len(e.Rows[i]) != len(t.cols) {
-			return connect.Permanentf("row event of %s has %d columns, its table map %d", t.id(), len(e.Rows[i]), len(t.cols))
+		if err := m.rowChange(b, t, op, rows[i:i+step], i/step); err != nil {
+			return false, err
 		}
-		var before, after connect.Row
-		var keySrc []any
-		var err error
-		switch op {
-		case connect.OpCreate:
-			after, err = m.image(t, e.Rows[i])
-			keySrc = e.Rows[i]
-		case connect.OpUpdate:
-			if before, err = m.image(t, e.Rows[i]); err == nil {
-				after, err = m.image(t, e.Rows[i+1])
-			}
-			keySrc = e.Rows[i+1]
-		case connect.OpDelete:
-			before, err = m.image(t, e.Rows[i])
-			keySrc = e.Rows[i]
-		}
-		if err != nil {
-			return err
-		}
-		key, err := m.key(t, keySrc)
-		if err != nil {
-			return err
-		}
-		// an update that changes the key: Debezium emits a delete of the old key (and its
-		// tombstone) and a create of the new one
-		if op == connect.OpUpdate && len(t.key) > 0 {
-			oldKey, err := m.key(t, e.Rows[i])
-			if err != nil {
-				return err
-			}
-			if !sameKey(oldKey, key) {
-				m.addRow(b, t, connect.OpDelete, oldKey, before, nil, i/step, 0)
-				if s.cfg.tombstones {
-					m.addTombstone(b, t, oldKey, 1)
-				}
-				m.addRow(b, t, connect.OpCreate, key, nil, after, i/step, 2)
-				continue
-			}
-		}
-		m.addRow(b, t, op, key, before, after, i/step, 0)
-		if op == connect.OpDelete && s.cfg.tombstones {
-			m.addTombstone(b, t, key, 1)
-		}
-		if len(b.recs) >= s.cfg.maxBatch && m.curRow < len(e.Rows) {
-			return nil
+		if len(b.recs) >= s.cfg.maxBatch && m.curRow < len(rows) {
+			return false, nil
 		}
 	}
-	m.cur = nil
+	return true, nil
+}
+
+// rowChange emits the records of one row change: images holds its after image (insert), its
+// before image (delete) or both (update).
+func (m *streamer) rowChange(b *batch, t *table, op connect.Op, images [][]any, rowInEvent int) error {
+	for _, img := range images {
+		if len(img) != len(t.cols) {
+			return connect.Permanentf("row event of %s has %d columns, its table map %d", t.id(), len(img), len(t.cols))
+		}
+	}
+	var beforeSrc, afterSrc []any
+	switch op {
+	case connect.OpCreate:
+		afterSrc = images[0]
+	case connect.OpUpdate:
+		beforeSrc, afterSrc = images[0], images[1]
+	case connect.OpDelete:
+		beforeSrc = images[0]
+	}
+	nk := len(t.key)
+	if op == connect.OpUpdate && nk > 0 && !sameRawKey(t, beforeSrc, afterSrc) {
+		// an update that changes the key: Debezium emits a delete of the old key (and its
+		// tombstone) and a create of the new one
+		del := m.fields.newBlock(t.nOut, 0, nk)
+		if err := m.fillImage(del.before, t, beforeSrc); err != nil {
+			return err
+		}
+		oldKey, err := m.fillKey(del.key, t, beforeSrc, del.before)
+		if err != nil {
+			return err
+		}
+		m.addRecord(b, t, connect.OpDelete, &del, del.before, nil, oldKey, rowInEvent, 0)
+		if m.s.cfg.tombstones {
+			m.addTombstone(b, t, oldKey, 1)
+		}
+		cre := m.fields.newBlock(0, t.nOut, nk)
+		if err := m.fillImage(cre.after, t, afterSrc); err != nil {
+			return err
+		}
+		key, err := m.fillKey(cre.key, t, afterSrc, cre.after)
+		if err != nil {
+			return err
+		}
+		m.addRecord(b, t, connect.OpCreate, &cre, nil, cre.after, key, rowInEvent, 2)
+		return nil
+	}
+	nb, na := 0, 0
+	if beforeSrc != nil {
+		nb = t.nOut
+	}
+	if afterSrc != nil {
+		na = t.nOut
+	}
+	blk := m.fields.newBlock(nb, na, nk)
+	var before, after connect.Row
+	if beforeSrc != nil {
+		before = blk.before
+		if err := m.fillImage(before, t, beforeSrc); err != nil {
+			return err
+		}
+	}
+	if afterSrc != nil {
+		after = blk.after
+		if err := m.fillImage(after, t, afterSrc); err != nil {
+			return err
+		}
+	}
+	keySrc, keyImg := afterSrc, after
+	if keySrc == nil {
+		keySrc, keyImg = beforeSrc, before
+	}
+	key, err := m.fillKey(blk.key, t, keySrc, keyImg)
+	if err != nil {
+		return err
+	}
+	m.addRecord(b, t, op, &blk, before, after, key, rowInEvent, 0)
+	if op == connect.OpDelete && m.s.cfg.tombstones {
+		m.addTombstone(b, t, key, 1)
+	}
 	return nil
 }
 
-func sameKey(a, b connect.Row) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		x, _ := connect.AppendJSON(nil, a[i].Value)
-		y, _ := connect.AppendJSON(nil, b[i].Value)
-		if string(x) != string(y) {
-			return false
+// sameRawKey reports whether the key columns of two decoded images are equal.
+func sameRawKey(t *table, a, b []any) bool {
+	for _, i := range t.key {
+		x, y := a[i], b[i]
+		switch xv := x.(type) {
+		case []byte:
+			yv, ok := y.([]byte)
+			if !ok || !bytes.Equal(xv, yv) {
+				return false
+			}
+		case nil, string, int8, int16, int32, int64, int, uint8, uint16, uint32, uint64, float32, float64:
+			if x != y { // comparable dynamic type: never panics
+				return false
+			}
+		default:
+			// other decoded types (decimals, ...): compare their JSON
+			xj, _ := connect.AppendJSON(nil, x)
+			yj, _ := connect.AppendJSON(nil, y)
+			if !bytes.Equal(xj, yj) {
+				return false
+			}
 		}
 	}
 	return true
 }
 
-func (m *streamer) image(t *table, row []any) (connect.Row, error) {
-	out := make(connect.Row, 0, len(t.cols))
+// fillImage converts a decoded row into dst, whose length is t.nOut.
+func (m *streamer) fillImage(dst connect.Row, t *table, row []any) error {
 	for i := range t.cols {
 		c := &t.cols[i]
 		if c.excluded {
@@ -620,63 +701,152 @@ func (m *streamer) image(t *table, row []any) (connect.Row, error) {
 		}
 		v, err := c.binlogValue(row[i], &m.s.opts)
 		if err != nil {
-			return nil, connect.Permanentf("decode %s: %w", t.id(), err)
+			return connect.Permanentf("decode %s: %w", t.id(), err)
 		}
 		if c.mask != nil {
 			v = c.mask(v)
 		}
-		out = append(out, connect.Field{Name: c.name, Value: v})
+		dst[c.out] = connect.Field{Name: c.name, Value: v}
 	}
-	return out, nil
+	return nil
 }
 
-func (m *streamer) key(t *table, row []any) (connect.Row, error) {
+// fillKey fills dst (len(t.key) fields) with the key of a decoded row and returns it boxed, or
+// nil for a table without a key. Key columns that appear unmasked in img take its values.
+func (m *streamer) fillKey(dst connect.Row, t *table, row []any, img connect.Row) (any, error) {
 	if len(t.key) == 0 {
 		return nil, nil
 	}
-	k := make(connect.Row, len(t.key))
 	for j, i := range t.key {
-		v, err := t.cols[i].binlogValue(row[i], &m.s.opts)
+		c := &t.cols[i]
+		if img != nil && !c.excluded && c.mask == nil {
+			dst[j] = img[c.out]
+			continue
+		}
+		v, err := c.binlogValue(row[i], &m.s.opts)
 		if err != nil {
 			return nil, connect.Permanentf("decode key of %s: %w", t.id(), err)
 		}
-		k[j] = connect.Field{Name: t.cols[i].name, Value: v}
+		dst[j] = connect.Field{Name: c.name, Value: v}
 	}
-	return k, nil
+	return dst, nil
 }
 
-// addRow appends a change event of the current transaction's row change m.txRow.
-func (m *streamer) addRow(b *batch, t *table, op connect.Op, key, before, after connect.Row, rowInEvent int, part byte) {
-	s := m.s
-	src := s.sourceBlock(m.txTime.UnixMilli(), "false", t.db, t.name, m.curHdr.ServerID, nilIfEmpty(m.txGTID), m.txFile, m.txPos, rowInEvent, m.thread)
-	ev := connect.ChangeEvent{Before: before, After: after, Source: src, Op: op, TsMs: s.now().UnixMilli()}
+// addRecord appends the change event of the current transaction's row change m.txRow.
+func (m *streamer) addRecord(b *batch, t *table, op connect.Op, blk *block, before, after connect.Row, key any, rowInEvent int, part byte) {
+	tx := m.txShared()
 	b.recs = append(b.recs, connect.Record{
 		Topic: t.topic, Partition: -1, Offset: -1, Timestamp: m.txTime,
-		Key: keyOrNil(key), Value: ev.Row(), Version: version(m.txSeq, m.txPos),
+		Key: key, Value: blk.envelope(before, after, m.source(t, rowInEvent), op, m.nowMs), Version: tx.version,
 		Position: m.recordPosition(b, part),
 	})
 }
 
-func (m *streamer) addTombstone(b *batch, t *table, key connect.Row, part byte) {
+// source returns the boxed source block of a record of the current transaction. Records of
+// one transaction, table and server that share their row number in the event share one block
+// (a 1000-row transaction spans rows events of a few dozen rows each).
+func (m *streamer) source(t *table, rowInEvent int) any {
+	tx := m.txShared()
+	sid := m.curHdr.ServerID
+	if rowInEvent < len(tx.srcs) {
+		if c := tx.srcs[rowInEvent]; c.t == t && c.sid == sid && c.box != nil {
+			return c.box
+		}
+	}
+	src := m.fields.take(srcFields)
+	copy(src, tx.src[:])
+	src[srcDB].Value = t.dbBox
+	src[srcTable].Value = t.nameBox
+	src[srcServerID].Value = m.serverID(sid)
+	src[srcRow].Value = boxInt(int64(rowInEvent))
+	box := any(src)
+	if rowInEvent < maxSharedSources {
+		if rowInEvent >= len(tx.srcs) {
+			tx.srcs = append(tx.srcs, make([]sharedSource, rowInEvent+1-len(tx.srcs))...)
+		}
+		tx.srcs[rowInEvent] = sharedSource{t: t, sid: sid, box: box}
+	}
+	return box
+}
+
+// maxSharedSources bounds the source blocks a transaction keeps for sharing.
+const maxSharedSources = 1024
+
+// sharedSource is a source block shared by the records of a transaction with one row number.
+type sharedSource struct {
+	t   *table
+	sid uint32
+	box any
+}
+
+func (m *streamer) addTombstone(b *batch, t *table, key any, part byte) {
 	if key == nil {
 		return
 	}
 	b.recs = append(b.recs, connect.Record{
 		Topic: t.topic, Partition: -1, Offset: -1, Timestamp: m.txTime,
-		Key: key, Version: version(m.txSeq, m.txPos),
+		Key: key, Version: m.txShared().version,
 		Position: m.recordPosition(b, part),
 	})
 }
 
+// serverID boxes a server id, once per distinct id in a row.
+func (m *streamer) serverID(id uint32) any {
+	if m.sidBox == nil || m.sid != id {
+		m.sid, m.sidBox = id, int64(id)
+	}
+	return m.sidBox
+}
+
+// txShared returns what the records of the current transaction share, made on its first record.
+func (m *streamer) txShared() *txShared {
+	tx := &m.tx
+	if tx.ready {
+		return tx
+	}
+	s := m.s
+	tx.src = s.srcTemplate
+	tx.src[srcTsMs].Value = m.txTime.UnixMilli()
+	tx.src[srcSnapshot].Value = "false"
+	tx.src[srcGTID].Value = nilIfEmpty(m.txGTID)
+	tx.src[srcFile].Value = m.txFile
+	tx.src[srcPos].Value = int64(m.txPos)
+	tx.src[srcThread].Value = m.thread
+	tx.version = version(m.txSeq, m.txPos)
+	tx.statePrefix = statePrefix(s.epoch, m.txFile, m.txPos)
+	tx.stateSuffix = stateSuffix(m.txGTID)
+	tx.order = appendStreamOrder(tx.order[:0], s.epoch, m.txSeq, m.txPos, 0, 0)[:13]
+	clear(tx.srcs)
+	tx.srcs = tx.srcs[:0]
+	tx.ready = true
+	return tx
+}
+
 // recordPosition is the position right after the current row change (part of it).
 func (m *streamer) recordPosition(b *batch, part byte) connect.Position {
-	e := m.s.epoch
-	start := len(b.buf)
-	b.buf = appendStreamOrder(b.buf, e, m.txSeq, m.txPos, m.txRow, part)
-	order := b.cut(start)
-	start = len(b.buf)
-	b.buf = appendStreamState(b.buf, e, m.txFile, m.txPos, m.txRow, m.txGTID)
-	return connect.Position{Order: order, State: b.cut(start)}
+	tx := m.txShared()
+	a := &m.arena
+	a.reserve(len(tx.order) + 5 + len(tx.statePrefix) + len(`,"row":`) + 10 + len(tx.stateSuffix))
+	start := len(a.buf)
+	a.buf = append(a.buf, tx.order...)
+	a.buf = binary.BigEndian.AppendUint32(a.buf, m.txRow)
+	a.buf = append(a.buf, part)
+	order := a.cut(start)
+	start = len(a.buf)
+	a.buf = append(a.buf, tx.statePrefix...)
+	if m.txRow > 0 {
+		a.buf = append(a.buf, `,"row":`...)
+		a.buf = strconv.AppendUint(a.buf, uint64(m.txRow), 10)
+	}
+	a.buf = append(a.buf, tx.stateSuffix...)
+	return connect.Position{Order: order, State: a.cut(start)}
+}
+
+// setThread sets the thread id of the current transaction's source blocks.
+func (m *streamer) setThread(id int64) {
+	m.thread = id
+	m.tx.src[srcThread].Value = m.thread
+	clear(m.tx.srcs) // the shared source blocks name the old thread
 }
 
 // query handles BEGIN, COMMIT and DDL statements.
@@ -689,7 +859,7 @@ func (m *streamer) query(ctx context.Context, start uint32, h *replication.Event
 				return err
 			}
 		}
-		m.thread = int64(e.SlaveProxyID)
+		m.setThread(int64(e.SlaveProxyID))
 		return nil
 	case strings.EqualFold(q, "COMMIT"):
 		m.endTx(h.LogPos)
@@ -700,7 +870,7 @@ func (m *streamer) query(ctx context.Context, start uint32, h *replication.Event
 			return err
 		}
 	}
-	m.thread = int64(e.SlaveProxyID)
+	m.setThread(int64(e.SlaveProxyID))
 	if err := m.ddl(ctx, h, string(e.Schema), q, b); err != nil {
 		return err
 	}

@@ -66,6 +66,7 @@ type column struct {
 	// from the configuration
 	excluded bool
 	mask     func(any) any
+	out      int // index in row images, -1 when excluded
 }
 
 // valueOptions are the configured value representations.
@@ -303,7 +304,7 @@ func (c *column) uintValue(v uint64, o *valueOptions) any {
 	if v > math.MaxInt64 {
 		return v
 	}
-	return int64(v)
+	return boxInt(int64(v))
 }
 
 func (c *column) decimalValue(s string, o *valueOptions) (any, error) {
@@ -372,21 +373,21 @@ func (c *column) binlogValue(v any, o *valueOptions) (any, error) {
 	case kindInt, kindUint64, kindYear:
 		switch x := v.(type) {
 		case int8:
-			return int64(x), nil
+			return boxInt(int64(x)), nil
 		case int16:
-			return int64(x), nil
+			return boxInt(int64(x)), nil
 		case int32:
-			return int64(x), nil
+			return boxInt(int64(x)), nil
 		case int64:
-			return x, nil
+			return boxInt(x), nil
 		case int:
-			return int64(x), nil
+			return boxInt(int64(x)), nil
 		case uint8:
-			return int64(x), nil
+			return boxInt(int64(x)), nil
 		case uint16:
-			return int64(x), nil
+			return boxInt(int64(x)), nil
 		case uint32:
-			return int64(x), nil
+			return boxInt(int64(x)), nil
 		case uint64:
 			return c.uintValue(x, o), nil
 		}
@@ -434,6 +435,9 @@ func (c *column) binlogValue(v any, o *valueOptions) (any, error) {
 	case kindText, kindJSON:
 		switch x := v.(type) {
 		case string:
+			if c.dec == nil && utf8.ValidString(x) {
+				return x, nil // the decoder's own copy: no conversion needed
+			}
 			return c.text([]byte(x))
 		case []byte:
 			return c.text(x)
@@ -477,7 +481,7 @@ func (c *column) snapshotValue(fv *gomysql.FieldValue, o *valueOptions) (any, er
 	case kindInt, kindUint64, kindYear:
 		switch fv.Type {
 		case gomysql.FieldValueTypeSigned:
-			return fv.AsInt64(), nil
+			return boxInt(fv.AsInt64()), nil
 		case gomysql.FieldValueTypeUnsigned:
 			return c.uintValue(fv.AsUint64(), o), nil
 		}

@@ -1,0 +1,168 @@
+package mysql
+
+import (
+	"bytes"
+	"strconv"
+	"sync"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// Building records cheaply. Both paths emit one record per row change, so what a record costs
+// beyond decoding its row decides the throughput: the envelope, the source block, the key and
+// the row images of a record share one allocation (block), the source block is copied from a
+// template made once per transaction (binlog) or shared by all rows of a table (snapshot),
+// values boxed in every record (op, ts_ms, small numbers) are boxed once, and the Orders and
+// States of positions are cut from large byte chunks (posArena) instead of one allocation each.
+
+// Indexes of the source block's fields (Debezium's order, see sourceBlock).
+const (
+	srcVersion = iota
+	srcConnector
+	srcName
+	srcTsMs
+	srcSnapshot
+	srcDB
+	srcSequence
+	srcTable
+	srcServerID
+	srcGTID
+	srcFile
+	srcPos
+	srcRow
+	srcThread
+	srcQuery
+	srcFields
+)
+
+// envFields is the number of fields of the envelope {before, after, source, op, ts_ms}.
+const envFields = 5
+
+// block is the memory of one record's rows: the envelope, the before and after images and the
+// key. Each part is capped, so appending to one (a transform adding a field) copies it instead
+// of overwriting the next.
+type block struct {
+	env, before, after, key connect.Row
+}
+
+// fieldArena hands out the fields of records from large chunks: one allocation (and one
+// object for the garbage collector) per few hundred records instead of one per record. A chunk
+// lives as long as any record cut from it; the runtime holds a few batches at most.
+type fieldArena struct {
+	buf []connect.Field
+}
+
+const fieldChunk = 2048 // fields per chunk (64 KiB)
+
+// take cuts n fields from a.
+func (a *fieldArena) take(n int) connect.Row {
+	if len(a.buf) < n {
+		a.buf = make([]connect.Field, max(fieldChunk, n))
+	}
+	r := a.buf[:n:n]
+	a.buf = a.buf[n:]
+	return r
+}
+
+// newBlock cuts the rows of one record from a.
+func (a *fieldArena) newBlock(before, after, key int) block {
+	buf := a.take(envFields + before + after + key)
+	var b block
+	cut := func(k int) connect.Row {
+		r := buf[:k:k]
+		buf = buf[k:]
+		return r
+	}
+	b.env = cut(envFields)
+	b.before = cut(before)
+	b.after = cut(after)
+	b.key = cut(key)
+	return b
+}
+
+// envelope fills b.env as connect.ChangeEvent.Row does and returns it. before/after are nil for
+// an absent image; source is the boxed source block.
+func (b *block) envelope(before, after connect.Row, source any, op connect.Op, tsMs any) connect.Row {
+	e := b.env
+	e[0] = connect.Field{Name: connect.FieldBefore, Value: rowValue(before)}
+	e[1] = connect.Field{Name: connect.FieldAfter, Value: rowValue(after)}
+	e[2] = connect.Field{Name: connect.FieldSource, Value: source}
+	e[3] = connect.Field{Name: connect.FieldOp, Value: opValue(op)}
+	e[4] = connect.Field{Name: connect.FieldTsMs, Value: tsMs}
+	return e
+}
+
+// rowValue boxes a row image; nil stays an untyped nil (JSON null).
+func rowValue(r connect.Row) any {
+	if r == nil {
+		return nil
+	}
+	return r
+}
+
+// opValue is the op letter as a boxed constant (no allocation).
+func opValue(op connect.Op) any {
+	switch op {
+	case connect.OpCreate:
+		return "c"
+	case connect.OpUpdate:
+		return "u"
+	case connect.OpDelete:
+		return "d"
+	case connect.OpRead:
+		return "r"
+	case connect.OpTruncate:
+		return "t"
+	}
+	return op.String()
+}
+
+// boxedInts holds int64 values 0..4095 boxed once: row numbers, counters and small column
+// values are boxed without an allocation (the runtime itself does so only below 256).
+var boxedInts = sync.OnceValue(func() []any {
+	out := make([]any, 4096)
+	for i := range out {
+		out[i] = int64(i)
+	}
+	return out
+})
+
+// boxInt boxes n, without allocating for small non-negative values.
+func boxInt(n int64) any {
+	if n >= 0 && n < 4096 {
+		return boxedInts()[n]
+	}
+	return n
+}
+
+// posArena hands out the bytes of positions (Order and State) from large chunks. A cut slice
+// is capped, so it never grows into the next one; chunks are never reused.
+type posArena struct {
+	buf []byte
+}
+
+const posChunk = 64 << 10
+
+// reserve makes room for at least n more bytes without moving what was cut before.
+func (a *posArena) reserve(n int) {
+	if cap(a.buf)-len(a.buf) < n {
+		a.buf = make([]byte, 0, max(posChunk, n))
+	}
+}
+
+// cut returns the bytes appended since start, capped.
+func (a *posArena) cut(start int) []byte { return a.buf[start:len(a.buf):len(a.buf)] }
+
+// statePrefix renders the fixed part of a streaming State, `{"v":1,"epoch":E,"file":"F","pos":P`,
+// and stateSuffix the rest after the row count, `,"gtid":"G"}` or `}`, so that a record's State
+// is prefix, row and suffix (appendStreamState's layout, byte for byte).
+func statePrefix(epoch uint32, file string, pos uint32) []byte {
+	return bytes.TrimSuffix(appendStreamState(nil, epoch, file, pos, 0, ""), []byte("}"))
+}
+
+func stateSuffix(gtid string) []byte {
+	if gtid == "" {
+		return []byte("}")
+	}
+	return append(strconv.AppendQuote([]byte(`,"gtid":`), gtid), '}')
+}

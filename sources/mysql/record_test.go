@@ -1,0 +1,146 @@
+package mysql
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// offlineSource is a Source with one captured table (id INT key, v INT, s VARCHAR, d
+// DATETIME(3)) and a streamer inside a transaction, without a server.
+func offlineSource(tb testing.TB, extra map[string]string) (*Source, *streamer, *table) {
+	tb.Helper()
+	raw := map[string]string{KeyHostname: "h", KeyUser: "u", KeyServerID: "5", KeyTopicPrefix: "p"}
+	for k, v := range extra {
+		raw[k] = v
+	}
+	s := newSource(tb, raw, nil)
+	t := &table{db: "db", name: "t", cols: []column{
+		{name: "id", kind: kindInt}, {name: "v", kind: kindInt, nullable: true},
+		{name: "s", kind: kindText, nullable: true}, {name: "d", kind: kindDateTime, fsp: 3, nullable: true},
+	}}
+	s.finishTable(t, []int{0})
+	m := newStreamer(s, &state{V: stateVersion, File: "mariadb-bin.000007", Pos: 4})
+	m.starting = false
+	m.file, m.seq = "mariadb-bin.000007", 7
+	m.curHdr = &replication.EventHeader{ServerID: 1, Timestamp: 1700000000}
+	if err := m.beginTx(1200, m.curHdr, "0-1-42"); err != nil {
+		tb.Fatal(err)
+	}
+	m.setThread(9)
+	m.nowMs = int64(1700000000123)
+	return s, m, t
+}
+
+// TestStreamRecordShape: the records built from shared templates and position chunks are
+// exactly the records the plain constructors describe (envelope, source block, key, version,
+// Order and State), for an insert, an update, a key-changing update and a delete.
+func TestStreamRecordShape(t *testing.T) {
+	s, m, tbl := offlineSource(t, nil)
+	row := func(id int32, v any) []any { return []any{id, v, "x", "2024-01-31 13:45:30.123"} }
+	b := &batch{}
+	m.curRow = 0
+	if _, err := m.emitImages(b, tbl, connect.OpCreate, 1, [][]any{row(1, int32(10)), row(300, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	m.curRow = 0
+	if _, err := m.emitImages(b, tbl, connect.OpUpdate, 2, [][]any{row(1, int32(10)), row(1, int32(11)), row(300, nil), row(5000, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	m.curRow = 0
+	if _, err := m.emitImages(b, tbl, connect.OpDelete, 1, [][]any{row(1, int32(11))}); err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		op      connect.Op // 0: tombstone
+		key     int64
+		before  any
+		after   any
+		txRow   uint32
+		part    byte
+		inEvent int64
+	}
+	d := int64(1706708730123)
+	img := func(id int64, v any) connect.Row {
+		return connect.Row{{Name: "id", Value: id}, {Name: "v", Value: v}, {Name: "s", Value: "x"}, {Name: "d", Value: d}}
+	}
+	wants := []want{
+		{connect.OpCreate, 1, nil, img(1, int64(10)), 1, 0, 0},
+		{connect.OpCreate, 300, nil, img(300, nil), 2, 0, 1},
+		{connect.OpUpdate, 1, img(1, int64(10)), img(1, int64(11)), 3, 0, 0},
+		{connect.OpDelete, 300, img(300, nil), nil, 4, 0, 1},
+		{0, 300, nil, nil, 4, 1, 0},
+		{connect.OpCreate, 5000, nil, img(5000, nil), 4, 2, 1},
+		{connect.OpDelete, 1, img(1, int64(11)), nil, 5, 0, 0},
+		{0, 1, nil, nil, 5, 1, 0},
+	}
+	if len(b.recs) != len(wants) {
+		t.Fatalf("got %d records, want %d", len(b.recs), len(wants))
+	}
+	for i, w := range wants {
+		r := b.recs[i]
+		wr := connect.Record{
+			Topic: "p.db.t", Partition: -1, Offset: -1, Timestamp: time.Unix(1700000000, 0),
+			Key: connect.Row{{Name: "id", Value: w.key}}, Version: version(7, 1200),
+			Position: connect.Position{
+				Order: appendStreamOrder(nil, 0, 7, 1200, w.txRow, w.part),
+				State: appendStreamState(nil, 0, "mariadb-bin.000007", 1200, w.txRow, "0-1-42"),
+			},
+		}
+		if w.op != 0 {
+			var before, after connect.Row
+			if w.before != nil {
+				before = w.before.(connect.Row)
+			}
+			if w.after != nil {
+				after = w.after.(connect.Row)
+			}
+			ev := connect.ChangeEvent{Before: before, After: after, Op: w.op, TsMs: 1700000000123,
+				Source: s.sourceBlock(1700000000000, "false", "db", "t", 1, "0-1-42", "mariadb-bin.000007", 1200, int(w.inEvent), int64(9))}
+			wr.Value = ev.Row()
+		}
+		gotJSON, err := connect.AppendJSON(nil, []any{r.Topic, r.Key, r.Value, r.Version, r.Timestamp.UnixMilli(), r.Partition, r.Offset})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantJSON, _ := connect.AppendJSON(nil, []any{wr.Topic, wr.Key, wr.Value, wr.Version, wr.Timestamp.UnixMilli(), wr.Partition, wr.Offset})
+		if !bytes.Equal(gotJSON, wantJSON) {
+			t.Errorf("record %d:\n got %s\nwant %s", i, gotJSON, wantJSON)
+		}
+		if !bytes.Equal(r.Position.Order, wr.Position.Order) || !bytes.Equal(r.Position.State, wr.Position.State) {
+			t.Errorf("record %d position: got %s, want %s", i, r.Position, wr.Position)
+		}
+		if i > 0 && bytes.Compare(r.Position.Order, b.recs[i-1].Position.Order) <= 0 {
+			t.Errorf("record %d: Order not above the one before", i)
+		}
+		if cap(r.Position.Order) != len(r.Position.Order) || cap(r.Position.State) != len(r.Position.State) {
+			t.Errorf("record %d: position slices are not capped", i)
+		}
+	}
+}
+
+// BenchmarkStreamInsert is the per-row cost of turning a decoded insert (id, v, s, d) into a
+// record with its position, without the decoding.
+func BenchmarkStreamInsert(b *testing.B) {
+	_, m, tbl := offlineSource(b, nil)
+	rows := make([][]any, 100)
+	for i := range rows {
+		rows[i] = []any{int32(100000 + i), int32(i), "bulk 12345", "2024-01-31 13:45:30.123"}
+	}
+	bt := &batch{recs: make([]connect.Record, 0, 2048)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(bt.recs)+len(rows) > cap(bt.recs) {
+			bt.recs = bt.recs[:0]
+		}
+		m.curRow = 0
+		if _, err := m.emitImages(bt, tbl, connect.OpCreate, 1, rows); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(rows)), "ns/row")
+}
