@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sinks/internal/change"
 )
 
 // Configuration keys, with the Confluent Elasticsearch sink's names where it has one.
@@ -195,11 +196,11 @@ func checkJSONObject(v string) error {
 var indexPlaceholders = []string{"topic", "db", "schema", "table"}
 
 func checkIndexTemplate(v string) error {
-	t, err := parseTemplate(strings.TrimSpace(v), indexPlaceholders...)
+	t, err := change.ParseTemplate(strings.TrimSpace(v), indexPlaceholders...)
 	if err != nil {
 		return err
 	}
-	if t.static() {
+	if t.Static() {
 		return checkIndexName(strings.ToLower(strings.TrimSpace(v)))
 	}
 	return nil
@@ -238,7 +239,7 @@ type options struct {
 	clientPEM     []byte
 	skipVerify    bool
 	proxy         *url.URL
-	index         template
+	index         change.Template
 	keyIgnore     bool
 	nullValues    string
 	malformed     string
@@ -284,7 +285,7 @@ func parseOptions(cfg connect.Config, env connect.Env) (*options, error) {
 		return nil, connect.Permanentf("%s: is required", KeyURL)
 	}
 	var err error
-	if o.index, err = parseTemplate(strings.TrimSpace(cfg.String(KeyIndex)), indexPlaceholders...); err != nil {
+	if o.index, err = change.ParseTemplate(strings.TrimSpace(cfg.String(KeyIndex)), indexPlaceholders...); err != nil {
 		return nil, connect.Permanentf("%s: %w", KeyIndex, err)
 	}
 	if s := cfg.String(KeyIndexMappings); s != "" {

@@ -3,7 +3,7 @@
 //
 // Contract (see the README section for every key):
 //
-//   - The document id is the record key (appendKey: one column renders as its value, a
+//   - The document id is the record key (change.AppendKey: one column renders as its value, a
 //     composite key as its values joined by ':' with '\' and ':' escaped). The index is the
 //     `index` template's rendering (default: the topic), in lower case.
 //   - A change event with op c, u or r indexes its after image; op d, a tombstone, and a flat row

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sinks/internal/change"
 )
 
 // Sink maintains Elasticsearch indices from change records. It is a connect.Sink and a
@@ -278,15 +279,15 @@ func (r *rejections) result() error {
 
 // toAction interprets a record. ok=false: nothing to do.
 func (s *Sink) toAction(r *connect.Record, i int) (action, bool, error) {
-	ch, err := interpret(r)
+	ch, err := change.Interpret(r)
 	if err != nil {
 		return action{}, false, err
 	}
-	if ch.kind == changeSkip {
+	if ch.Kind == change.Skip {
 		s.counters.skipped.Add(1)
 		return action{}, false, nil
 	}
-	if ch.tombstone {
+	if ch.Tombstone {
 		switch s.o.nullValues {
 		case NullIgnore:
 			s.counters.skipped.Add(1)
@@ -303,7 +304,7 @@ func (s *Sink) toAction(r *connect.Record, i int) (action, bool, error) {
 	a.name = string(s.arena[start:])
 	s.arena = s.arena[:start]
 	if s.o.keyIgnore {
-		if ch.kind == changeDelete {
+		if ch.Kind == change.Delete {
 			// there is no id to delete: an index with key.ignore is append-only
 			s.counters.skipped.Add(1)
 			return action{}, false, nil
@@ -311,7 +312,7 @@ func (s *Sink) toAction(r *connect.Record, i int) (action, bool, error) {
 		a.id = r.Topic + "+" + strconv.Itoa(int(r.Partition)) + "+" + strconv.FormatInt(r.Offset, 10)
 		a.version = 0
 	} else {
-		if s.arena, err = appendKey(s.arena, r.Key); err != nil {
+		if s.arena, err = change.AppendKey(s.arena, r.Key); err != nil {
 			return action{}, false, err
 		}
 		a.id = string(s.arena[start:])
@@ -323,16 +324,16 @@ func (s *Sink) toAction(r *connect.Record, i int) (action, bool, error) {
 			return action{}, false, fmt.Errorf("document id is %d bytes long; Elasticsearch allows 512", len(a.id))
 		}
 	}
-	if ch.kind == changeDelete {
+	if ch.Kind == change.Delete {
 		a.del = true
 		return a, true, nil
 	}
-	a.row = ch.row
+	a.row = ch.Row
 	switch {
 	case s.o.upsert:
 		a.merge, a.upsert = true, true
-	case len(ch.unchanged) > 0:
-		a.merge, a.keep = true, ch.unchanged
+	case len(ch.Unchanged) > 0:
+		a.merge, a.keep = true, ch.Unchanged
 	}
 	return a, true, nil
 }
@@ -343,15 +344,15 @@ var errBadIndex = errors.New("invalid index name")
 // index renders the index name of a topic, in lower case.
 func (s *Sink) index(dst []byte, topic string) ([]byte, error) {
 	start := len(dst)
-	tp := splitTopic(topic)
-	dst, _ = s.o.index.render(dst, func(dst []byte, ph string) ([]byte, error) {
+	tp := change.SplitTopic(topic)
+	dst, _ = s.o.index.Render(dst, func(dst []byte, ph string) ([]byte, error) {
 		switch ph {
 		case "topic":
-			return append(dst, tp.topic...), nil
+			return append(dst, tp.Name...), nil
 		case "db", "schema":
-			return append(dst, tp.db...), nil
+			return append(dst, tp.DB...), nil
 		case "table":
-			return append(dst, tp.table...), nil
+			return append(dst, tp.Table...), nil
 		}
 		return dst, nil
 	})

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sinks/internal/change"
 )
 
 // Configuration keys, with Redis Kafka Connect's names where it has one.
@@ -155,12 +156,12 @@ func checkFalse(v string) error {
 var keyPlaceholders = []string{"topic", "db", "schema", "table", "key", "key."}
 
 func checkKeyTemplate(v string) error {
-	_, err := parseTemplate(strings.TrimSpace(v), keyPlaceholders...)
+	_, err := change.ParseTemplate(strings.TrimSpace(v), keyPlaceholders...)
 	return err
 }
 
 func checkMetaPrefix(v string) error {
-	_, err := parseTemplate(strings.TrimSpace(v), "connector")
+	_, err := change.ParseTemplate(strings.TrimSpace(v), "connector")
 	return err
 }
 
@@ -168,7 +169,7 @@ func checkMetaPrefix(v string) error {
 type options struct {
 	client      *goredis.Options
 	typ         string
-	key         template
+	key         change.Template
 	ttl         int64
 	markerTTL   int64
 	maxLen      int64
@@ -213,18 +214,18 @@ func parseOptions(cfg connect.Config, env connect.Env) (*options, error) {
 	default:
 		tmpl = "${table}:${key}"
 	}
-	if o.key, err = parseTemplate(tmpl, keyPlaceholders...); err != nil {
+	if o.key, err = change.ParseTemplate(tmpl, keyPlaceholders...); err != nil {
 		return nil, connect.Permanentf("%s: %w", KeyKey, err)
 	}
 	metaTmpl := strings.TrimSpace(cfg.String(KeyMetaPrefix))
 	if metaTmpl == "" {
 		metaTmpl = "__sluice:${connector}:"
 	}
-	meta, err := parseTemplate(metaTmpl, "connector")
+	meta, err := change.ParseTemplate(metaTmpl, "connector")
 	if err != nil {
 		return nil, connect.Permanentf("%s: %w", KeyMetaPrefix, err)
 	}
-	b, _ := meta.render(nil, func(dst []byte, ph string) ([]byte, error) { return append(dst, env.Connector...), nil })
+	b, _ := meta.Render(nil, func(dst []byte, ph string) ([]byte, error) { return append(dst, env.Connector...), nil })
 	o.meta = string(b)
 	return o, nil
 }

@@ -18,6 +18,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sinks/internal/change"
 )
 
 // Sink maintains a Redis keyspace from change records. It is a connect.Sink and a
@@ -246,11 +247,11 @@ func anyUnchanged(batch []connect.Record) bool {
 
 // toOp interprets a record. ok=false: nothing to do.
 func (s *Sink) toOp(r *connect.Record, i int) (op, bool, error) {
-	ch, err := interpret(r)
+	ch, err := change.Interpret(r)
 	if err != nil {
 		return op{}, false, err
 	}
-	if ch.kind == changeSkip {
+	if ch.Kind == change.Skip {
 		s.counters.skipped.Add(1)
 		return op{}, false, nil
 	}
@@ -277,7 +278,7 @@ func (s *Sink) toOp(r *connect.Record, i int) (op, bool, error) {
 		v = append(v, ':')
 		v = append(v, name...)
 		v = append(v, ':')
-		if v, err = appendKey(v, r.Key); err != nil {
+		if v, err = change.AppendKey(v, r.Key); err != nil {
 			return op{}, false, err
 		}
 	} else {
@@ -291,33 +292,33 @@ func (s *Sink) toOp(r *connect.Record, i int) (op, bool, error) {
 	if r.Version != 0 {
 		o.version = pad19(r.Version)
 	}
-	if ch.kind == changeDelete {
+	if ch.Kind == change.Delete {
 		o.kind = 'D'
 		return o, true, nil
 	}
 	switch s.o.typ {
 	case TypeJSON:
 		o.kind = 'J'
-		if len(ch.unchanged) > 0 {
-			o.row, o.keep = ch.row, ch.unchanged // resolved against the stored row
+		if len(ch.Unchanged) > 0 {
+			o.row, o.keep = ch.Row, ch.Unchanged // resolved against the stored row
 			return o, true, nil
 		}
-		doc, err := connect.MarshalJSONValue(ch.row)
+		doc, err := connect.MarshalJSONValue(ch.Row)
 		if err != nil {
 			return op{}, false, fmt.Errorf("render row: %w", err)
 		}
 		o.args = []any{string(doc)}
-		o.row = ch.row
+		o.row = ch.Row
 	default:
 		o.kind = 'H'
-		if len(ch.unchanged) > 0 {
+		if len(ch.Unchanged) > 0 {
 			o.kind = 'P'
 		} else {
-			o.fp = fingerprint(ch.row)
+			o.fp = fingerprint(ch.Row)
 		}
-		o.args = make([]any, 1, 1+2*len(ch.row))
+		o.args = make([]any, 1, 1+2*len(ch.Row))
 		var dels []any
-		for _, f := range ch.row {
+		for _, f := range ch.Row {
 			if f.Value == nil {
 				dels = append(dels, f.Name)
 				continue
@@ -336,7 +337,7 @@ func (s *Sink) toOp(r *connect.Record, i int) (op, bool, error) {
 
 // streamOp builds the XADD of one change: fields op (c, u, r, d), key (the record key's
 // JSON), version, and value (the row's JSON; absent for deletes).
-func (s *Sink) streamOp(o op, r *connect.Record, ch change) (op, bool, error) {
+func (s *Sink) streamOp(o op, r *connect.Record, ch change.Change) (op, bool, error) {
 	o.kind = 'X'
 	if r.Offset >= 0 {
 		o.version = pad19(r.Version) + pad19(r.Offset)
@@ -348,18 +349,18 @@ func (s *Sink) streamOp(o op, r *connect.Record, ch change) (op, bool, error) {
 	opName := "d"
 	if ev, err := connect.ParseChangeEvent(r.Value); err == nil {
 		opName = ev.Op.String()
-	} else if ch.kind == changeWrite {
+	} else if ch.Kind == change.Write {
 		opName = "u"
 	}
 	o.args = []any{"op", opName, "key", string(key), "version", strconv.FormatInt(r.Version, 10)}
-	if ch.kind == changeWrite {
-		doc, err := connect.MarshalJSONValue(ch.row)
+	if ch.Kind == change.Write {
+		doc, err := connect.MarshalJSONValue(ch.Row)
 		if err != nil {
 			return op{}, false, fmt.Errorf("render row: %w", err)
 		}
 		o.args = append(o.args, "value", string(doc))
-		if len(ch.unchanged) > 0 {
-			o.args = append(o.args, "unchanged", strings.Join(ch.unchanged, ","))
+		if len(ch.Unchanged) > 0 {
+			o.args = append(o.args, "unchanged", strings.Join(ch.Unchanged, ","))
 		}
 	}
 	return o, true, nil
@@ -415,17 +416,17 @@ func pad19(n int64) string {
 
 // renderKey renders the key template for a record.
 func (s *Sink) renderKey(dst []byte, r *connect.Record) ([]byte, error) {
-	tp := splitTopic(r.Topic)
-	return s.o.key.render(dst, func(dst []byte, ph string) ([]byte, error) {
+	tp := change.SplitTopic(r.Topic)
+	return s.o.key.Render(dst, func(dst []byte, ph string) ([]byte, error) {
 		switch ph {
 		case "topic":
-			return append(dst, tp.topic...), nil
+			return append(dst, tp.Name...), nil
 		case "db", "schema":
-			return append(dst, tp.db...), nil
+			return append(dst, tp.DB...), nil
 		case "table":
-			return append(dst, tp.table...), nil
+			return append(dst, tp.Table...), nil
 		case "key":
-			return appendKey(dst, r.Key)
+			return change.AppendKey(dst, r.Key)
 		}
 		col := strings.TrimPrefix(ph, "key.")
 		row, ok := r.Key.(connect.Row)
@@ -436,7 +437,7 @@ func (s *Sink) renderKey(dst []byte, r *connect.Record) ([]byte, error) {
 		if !ok {
 			return dst, fmt.Errorf("key template uses ${%s} but the record key has no column %s", ph, col)
 		}
-		return appendKeyValue(dst, v, false)
+		return change.AppendValue(dst, v, false)
 	})
 }
 
@@ -456,7 +457,7 @@ func fieldValue(v any) (string, error) {
 			return strconv.FormatFloat(x, 'f', -1, 64), nil
 		}
 	}
-	b, err := appendKeyValue(nil, v, false)
+	b, err := change.AppendValue(nil, v, false)
 	return string(b), err
 }
 
