@@ -11,7 +11,9 @@ import (
 type Batch struct {
 	Records []Record
 	// Position is where the source resumes after this batch; the runtime passes it to Ack once
-	// every record of the batch (and of all batches before it) is durable in the log.
+	// every record of the batch (and of all batches before it) is durable in the log. Its
+	// Order is at least that of the batch's last record, and its State must be set (records'
+	// States may be empty).
 	Position Position
 }
 

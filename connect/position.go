@@ -19,9 +19,18 @@ import (
 // runtime relies on it to append each record exactly once: after a crash it drops the replayed
 // records whose Order is not above what the log already holds for their partition.
 //
+// An Order must name what was emitted, not how many things were: a source that resumes and
+// reads newer data (a snapshot restarted in a fresh MVCC snapshot) must not give a different
+// row an Order already used, or the runtime would drop that row as a replay. Snapshot rows
+// therefore take their primary key (in an encoding whose byte order is the key order) as the
+// tail of their Order, not a row counter.
+//
 // State is what the source needs to resume right after the position: by convention a JSON
 // object carrying a format version, e.g. {"v":1,"file":"mariadb-bin.000003","pos":1234,"row":2}.
 // The REST API shows it as JSON and accepts an edited one, so it must stay readable forever.
+// The runtime resumes only from a Batch's Position and uses a record's Position only for its
+// Order, so records may leave State empty: a source need build State once per batch, not per
+// record.
 type Position struct {
 	Order []byte
 	State []byte
