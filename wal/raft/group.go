@@ -105,6 +105,7 @@ type group struct {
 	ctl   chan func()
 
 	deferred       []*proposal
+	taken          []*proposal // taken from props, proposed by drain
 	throttled      bool
 	pending        map[uint64]*proposal
 	dups           []*dupWait
@@ -201,20 +202,40 @@ func (g *group) run(ctx context.Context) (err error) {
 			g.tick()
 		case m := <-g.inbox:
 			g.step(m)
-			for n := len(g.inbox); n > 0; n-- {
-				g.step(<-g.inbox)
-			}
 		case p := <-props:
-			batch := []*proposal{p}
-			for n := min(len(g.props), 255); n > 0; n-- {
-				batch = append(batch, <-g.props)
-			}
-			g.propose(batch)
+			g.take(p)
 		case f := <-g.ctl:
 			f()
 		}
+		g.drain(props)
 	}
 }
+
+// drain handles, without waiting, what else arrived: messages first (an
+// acknowledgement commits entries and answers their appends in the Ready
+// about to be handled), then control functions, then new appends, all
+// proposed together.
+func (g *group) drain(props chan *proposal) {
+	for n := len(g.inbox); n > 0; n-- {
+		g.step(<-g.inbox)
+	}
+	for n := len(g.ctl); n > 0; n-- {
+		(<-g.ctl)()
+	}
+	if props != nil {
+		for n := min(len(props), 256); n > 0; n-- {
+			g.taken = append(g.taken, <-props)
+		}
+	}
+	if len(g.taken) > 0 {
+		batch := g.taken
+		g.taken = nil
+		g.propose(batch)
+	}
+}
+
+// take queues an append for the next proposal round.
+func (g *group) take(p *proposal) { g.taken = append(g.taken, p) }
 
 // proposeDeferred proposes the batches put aside (a second batch of a
 // producer, a confirmed refusal, a full uncommitted budget) and reports
@@ -344,6 +365,22 @@ func (g *group) handleReady() error {
 		}
 	}
 	g.send(early)
+	// Committed entries this node already holds are applied (and their
+	// appends answered) before the new entries are written, so that the
+	// answers do not wait for that fsync; the rest after.
+	committed := rd.CommittedEntries
+	if stable, _, _ := g.rl.Last(); len(committed) > 0 && len(rd.Entries) > 0 {
+		n := 0
+		for n < len(committed) && committed[n].GetIndex() <= stable && committed[n].GetIndex() < rd.Entries[0].GetIndex() {
+			n++
+		}
+		if n > 0 {
+			if err := g.applyCommitted(committed[:n]); err != nil {
+				return err
+			}
+			committed = committed[n:]
+		}
+	}
 	trunc, err := g.st.append(context.Background(), rd.Entries)
 	if trunc != 0 {
 		g.entriesRemovedAfter(trunc)
@@ -352,8 +389,8 @@ func (g *group) handleReady() error {
 		return err
 	}
 	g.send(after)
-	if len(rd.CommittedEntries) > 0 {
-		if err := g.applyCommitted(rd.CommittedEntries); err != nil {
+	if len(committed) > 0 {
+		if err := g.applyCommitted(committed); err != nil {
 			return err
 		}
 	}

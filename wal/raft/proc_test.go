@@ -20,7 +20,7 @@ import (
 // procCluster runs cluster nodes as child processes of this test binary
 // on loopback, each in its own directory, and kills them with SIGKILL.
 type procCluster struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	nodes  []Node
 	tick   time.Duration
@@ -29,7 +29,7 @@ type procCluster struct {
 	client *Client
 }
 
-func newProcCluster(t *testing.T, n int, tick time.Duration) *procCluster {
+func newProcCluster(t testing.TB, n int, tick time.Duration) *procCluster {
 	c := &procCluster{t: t, dir: t.TempDir(), nodes: testNodes(freeAddrs(t, n)), tick: tick, cmds: map[uint64]*exec.Cmd{}}
 	c.client = NewClient(c.nodes, "", nil)
 	for _, nd := range c.nodes {
