@@ -29,6 +29,8 @@ var (
 	mariadb  *harness.MariaDB
 	startErr error
 	once     sync.Once
+	buildErr error
+	built    sync.Once
 )
 
 func TestMain(m *testing.M) {
@@ -45,21 +47,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// setup builds ./cmd/sluice and starts the package's MariaDB once.
+// setup starts the package's MariaDB once.
 func setup(t testing.TB) *harness.MariaDB {
 	t.Helper()
 	once.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-e2e-mysql-")
-		if err != nil {
-			startErr = err
-			return
-		}
-		binary = filepath.Join(dir, "sluice")
-		out, err := exec.Command("go", "build", "-o", binary, "github.com/sluice-cdc/sluice/cmd/sluice").CombinedOutput()
-		if err != nil {
-			startErr = fmt.Errorf("build sluice: %v\n%s", err, out)
-			return
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		mariadb, startErr = harness.StartMariaDB(ctx, harness.MariaDBOptions{})
@@ -68,6 +59,26 @@ func setup(t testing.TB) *harness.MariaDB {
 		t.Fatal(startErr)
 	}
 	return mariadb
+}
+
+// build builds ./cmd/sluice once (the kill tests run it; the benchmarks do not need it).
+func build(t testing.TB) {
+	t.Helper()
+	built.Do(func() {
+		dir, err := os.MkdirTemp("", "sluice-e2e-mysql-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "sluice")
+		out, err := exec.Command("go", "build", "-o", binary, "github.com/sluice-cdc/sluice/cmd/sluice").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build sluice: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
 }
 
 func iterations(def int) int {
@@ -254,6 +265,7 @@ func check(t testing.TB, dir, db string, c *client.Conn) (diff string, n int) {
 // (default 6; SLUICE_SOAK=1 makes it 60).
 func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 	m := setup(t)
+	build(t)
 	db := "killtest"
 	ctx := context.Background()
 	if err := m.Exec(ctx, "DROP DATABASE IF EXISTS "+db, "CREATE DATABASE "+db,

@@ -45,20 +45,38 @@ type block struct {
 	env, before, after, key connect.Row
 }
 
-// fieldArena hands out the fields of records from large chunks: one allocation (and one
-// object for the garbage collector) per few hundred records instead of one per record. A chunk
-// lives as long as any record cut from it; the runtime holds a few batches at most.
+// fieldArena hands out the fields of records from slabs: one allocation (and one object for
+// the garbage collector) per many records instead of one per record.
+//
+// Slabs must not outlive each other in a chain: a record's fields point to boxed rows (see
+// boxer.row) and those point back into fields, so a slab shared by two batches would keep the
+// previous batch's slabs alive, and those theirs, back to the first. reset starts a new
+// generation at every batch, so that a batch's records point only into its own slabs (and to
+// memory of their own, such as a shared source block); a slab is sized from the last batch's
+// needs, so small batches stay small.
 type fieldArena struct {
-	buf []connect.Field
+	buf        []connect.Field
+	used, next int
 }
 
-const fieldChunk = 2048 // fields per chunk (64 KiB)
+const (
+	minFieldSlab = 64
+	maxFieldSlab = 8192 // 256 KiB
+)
+
+// reset starts a new generation of slabs.
+func (a *fieldArena) reset() {
+	a.next = min(max(a.used, minFieldSlab), maxFieldSlab)
+	a.used = 0
+	a.buf = nil
+}
 
 // take cuts n fields from a.
 func (a *fieldArena) take(n int) connect.Row {
 	if len(a.buf) < n {
-		a.buf = make([]connect.Field, max(fieldChunk, n))
+		a.buf = make([]connect.Field, max(a.next, minFieldSlab, n))
 	}
+	a.used += n
 	r := a.buf[:n:n]
 	a.buf = a.buf[n:]
 	return r
@@ -80,24 +98,16 @@ func (a *fieldArena) newBlock(before, after, key int) block {
 	return b
 }
 
-// envelope fills b.env as connect.ChangeEvent.Row does and returns it. before/after are nil for
-// an absent image; source is the boxed source block.
-func (b *block) envelope(before, after connect.Row, source any, op connect.Op, tsMs any) connect.Row {
+// envelope fills b.env as connect.ChangeEvent.Row does and returns it boxed. before/after are
+// nil for an absent image; source is the boxed source block.
+func (b *block) envelope(bx *boxer, before, after connect.Row, source any, op connect.Op, tsMs any) any {
 	e := b.env
-	e[0] = connect.Field{Name: connect.FieldBefore, Value: rowValue(before)}
-	e[1] = connect.Field{Name: connect.FieldAfter, Value: rowValue(after)}
+	e[0] = connect.Field{Name: connect.FieldBefore, Value: bx.row(before)}
+	e[1] = connect.Field{Name: connect.FieldAfter, Value: bx.row(after)}
 	e[2] = connect.Field{Name: connect.FieldSource, Value: source}
 	e[3] = connect.Field{Name: connect.FieldOp, Value: opValue(op)}
 	e[4] = connect.Field{Name: connect.FieldTsMs, Value: tsMs}
-	return e
-}
-
-// rowValue boxes a row image; nil stays an untyped nil (JSON null).
-func rowValue(r connect.Row) any {
-	if r == nil {
-		return nil
-	}
-	return r
+	return bx.row(e)
 }
 
 // opValue is the op letter as a boxed constant (no allocation).

@@ -136,6 +136,8 @@ func BenchmarkStreamInsert(b *testing.B) {
 	for b.Loop() {
 		if len(bt.recs)+len(rows) > cap(bt.recs) {
 			bt.recs = bt.recs[:0]
+			m.fields.reset()
+			m.bx.reset()
 		}
 		m.curRow = 0
 		if _, err := m.emitImages(bt, tbl, connect.OpCreate, 1, rows); err != nil {

@@ -86,6 +86,7 @@ type snapshotter struct {
 	full     [][]connect.Record // full batches of the chunk being read
 	held     []connect.Record   // the last batch read, held back until a later row exists
 	fields   fieldArena
+	bx       boxer
 	arena    posArena
 	srcFor   *table // the table whose shared source block is srcBox
 	srcBox   any
@@ -366,11 +367,19 @@ func (sn *snapshotter) runReader(ctx context.Context) {
 	sn.held = nil
 }
 
-// add appends a record to the batch being filled.
-func (sn *snapshotter) add(r connect.Record) {
+// batch starts a batch unless one is being filled; call it before building a record, whose
+// memory then comes from the batch's own generation of slabs (see fieldArena).
+func (sn *snapshotter) batch() {
 	if sn.cur == nil {
 		sn.cur = make([]connect.Record, 0, sn.s.cfg.maxBatch)
+		sn.fields.reset()
+		sn.bx.reset()
 	}
+}
+
+// add appends a record to the batch being filled.
+func (sn *snapshotter) add(r connect.Record) {
+	sn.batch()
 	sn.cur = append(sn.cur, r)
 	if len(sn.cur) == sn.s.cfg.maxBatch {
 		sn.full = append(sn.full, sn.cur)
@@ -517,6 +526,7 @@ func (rc *rowConverter) row(row []gomysql.FieldValue) error {
 	opts := &sn.s.opts
 	rc.got++
 	sn.rows++
+	sn.batch()
 	nk := len(t.key)
 	blk := sn.fields.newBlock(0, t.nOut, nk)
 	for i := range t.cols {
@@ -524,7 +534,7 @@ func (rc *rowConverter) row(row []gomysql.FieldValue) error {
 		if c.excluded {
 			continue
 		}
-		v, err := c.snapshotValue(&row[i], opts)
+		v, err := c.snapshotValue(&row[i], opts, &sn.bx)
 		if err != nil {
 			rc.err = fmt.Errorf("snapshot %s: %w", rc.id, err)
 			return rc.err
@@ -542,21 +552,21 @@ func (rc *rowConverter) row(row []gomysql.FieldValue) error {
 				blk.key[j] = blk.after[c.out]
 				continue
 			}
-			v, err := c.snapshotValue(&row[i], opts)
+			v, err := c.snapshotValue(&row[i], opts, &sn.bx)
 			if err != nil {
 				rc.err = fmt.Errorf("snapshot %s: key: %w", rc.id, err)
 				return rc.err
 			}
 			blk.key[j] = connect.Field{Name: c.name, Value: v}
 		}
-		key = blk.key
+		key = sn.bx.row(blk.key)
 	}
 	if rc.mode != keyless {
 		sn.saveKey(t, row)
 	}
 	sn.add(connect.Record{
 		Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started,
-		Key: key, Value: blk.envelope(nil, blk.after, sn.srcBox, connect.OpRead, rc.nowMs),
+		Key: key, Value: blk.envelope(&sn.bx, nil, blk.after, sn.srcBox, connect.OpRead, rc.nowMs),
 		Version: rc.version, Position: sn.position(t, rc.mode, row),
 	})
 	return nil

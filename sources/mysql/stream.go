@@ -86,6 +86,7 @@ type streamer struct {
 	tx      txShared   // of the current transaction's records
 	arena   posArena   // positions of the records
 	fields  fieldArena // rows of the records
+	bx      boxer      // values of the records
 	nowMs   any        // processing time of the current read, boxed
 	sid     uint32     // the last server id boxed, and its box
 	sidBox  any
@@ -294,6 +295,8 @@ func (m *streamer) read(ctx context.Context) (connect.Batch, error) {
 	// a backlog fills batches: size the next like the last
 	b := &batch{recs: make([]connect.Record, 0, min(max(m.lastLen, 64), s.cfg.maxBatch))}
 	m.nowMs = s.now().UnixMilli()
+	m.fields.reset()
+	m.bx.reset()
 	var hb <-chan time.Time
 	if s.cfg.heartbeat > 0 {
 		t := time.NewTimer(s.cfg.heartbeat)
@@ -699,7 +702,7 @@ func (m *streamer) fillImage(dst connect.Row, t *table, row []any) error {
 		if c.excluded {
 			continue
 		}
-		v, err := c.binlogValue(row[i], &m.s.opts)
+		v, err := c.binlogValue(row[i], &m.s.opts, &m.bx)
 		if err != nil {
 			return connect.Permanentf("decode %s: %w", t.id(), err)
 		}
@@ -723,13 +726,13 @@ func (m *streamer) fillKey(dst connect.Row, t *table, row []any, img connect.Row
 			dst[j] = img[c.out]
 			continue
 		}
-		v, err := c.binlogValue(row[i], &m.s.opts)
+		v, err := c.binlogValue(row[i], &m.s.opts, &m.bx)
 		if err != nil {
 			return nil, connect.Permanentf("decode key of %s: %w", t.id(), err)
 		}
 		dst[j] = connect.Field{Name: c.name, Value: v}
 	}
-	return dst, nil
+	return m.bx.row(dst), nil
 }
 
 // addRecord appends the change event of the current transaction's row change m.txRow.
@@ -737,7 +740,7 @@ func (m *streamer) addRecord(b *batch, t *table, op connect.Op, blk *block, befo
 	tx := m.txShared()
 	b.recs = append(b.recs, connect.Record{
 		Topic: t.topic, Partition: -1, Offset: -1, Timestamp: m.txTime,
-		Key: key, Value: blk.envelope(before, after, m.source(t, rowInEvent), op, m.nowMs), Version: tx.version,
+		Key: key, Value: blk.envelope(&m.bx, before, after, m.source(t, rowInEvent), op, m.nowMs), Version: tx.version,
 		Position: m.recordPosition(b, part),
 	})
 }
@@ -753,7 +756,8 @@ func (m *streamer) source(t *table, rowInEvent int) any {
 			return c.box
 		}
 	}
-	src := m.fields.take(srcFields)
+	// memory of its own, not the arena's: it outlives the batch (see fieldArena)
+	src := make(connect.Row, srcFields)
 	copy(src, tx.src[:])
 	src[srcDB].Value = t.dbBox
 	src[srcTable].Value = t.nameBox

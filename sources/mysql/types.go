@@ -96,26 +96,15 @@ func daysFromCivil(y, m, d int) int64 {
 
 // dateParts parses "YYYY-MM-DD[ hh:mm:ss[.ffffff]]". zero is true for a zero or partly zero
 // date ("0000-00-00", "2020-00-10"), which MySQL allows outside strict mode.
-func dateParts(s string) (y, mo, d, h, mi, sec, usec int, zero bool, err error) {
-	bad := func() error { return fmt.Errorf("malformed date/time %q", s) }
+func dateParts[T string | []byte](s T) (y, mo, d, h, mi, sec, usec int, zero bool, err error) {
+	bad := func() error { return fmt.Errorf("malformed date/time %q", string(s)) }
 	if len(s) < 10 || s[4] != '-' || s[7] != '-' {
 		return 0, 0, 0, 0, 0, 0, 0, false, bad()
 	}
-	num := func(t string) (int, bool) {
-		n := 0
-		for i := 0; i < len(t); i++ {
-			c := t[i]
-			if c < '0' || c > '9' {
-				return 0, false
-			}
-			n = n*10 + int(c-'0')
-		}
-		return n, true
-	}
 	var ok1, ok2, ok3 bool
-	y, ok1 = num(s[0:4])
-	mo, ok2 = num(s[5:7])
-	d, ok3 = num(s[8:10])
+	y, ok1 = digits(s[0:4])
+	mo, ok2 = digits(s[5:7])
+	d, ok3 = digits(s[8:10])
 	if !ok1 || !ok2 || !ok3 {
 		return 0, 0, 0, 0, 0, 0, 0, false, bad()
 	}
@@ -124,9 +113,9 @@ func dateParts(s string) (y, mo, d, h, mi, sec, usec int, zero bool, err error) 
 		if s[10] != ' ' && s[10] != 'T' || len(t) < 8 || t[2] != ':' || t[5] != ':' {
 			return 0, 0, 0, 0, 0, 0, 0, false, bad()
 		}
-		h, ok1 = num(t[0:2])
-		mi, ok2 = num(t[3:5])
-		sec, ok3 = num(t[6:8])
+		h, ok1 = digits(t[0:2])
+		mi, ok2 = digits(t[3:5])
+		sec, ok3 = digits(t[6:8])
 		if !ok1 || !ok2 || !ok3 {
 			return 0, 0, 0, 0, 0, 0, 0, false, bad()
 		}
@@ -134,47 +123,79 @@ func dateParts(s string) (y, mo, d, h, mi, sec, usec int, zero bool, err error) 
 			if t[8] != '.' {
 				return 0, 0, 0, 0, 0, 0, 0, false, bad()
 			}
-			frac := t[9:]
-			f, ok := num(frac)
-			if !ok || len(frac) > 6 {
+			if usec, ok1 = fraction(t[9:]); !ok1 {
 				return 0, 0, 0, 0, 0, 0, 0, false, bad()
 			}
-			for i := len(frac); i < 6; i++ {
-				f *= 10
-			}
-			usec = f
 		}
 	}
 	zero = mo == 0 || d == 0
 	return y, mo, d, h, mi, sec, usec, zero, nil
 }
 
-// timeMicros parses "[-]hhh:mm:ss[.ffffff]" into signed microseconds.
-func timeMicros(s string) (int64, error) {
-	neg := strings.HasPrefix(s, "-")
-	t := strings.TrimPrefix(s, "-")
-	hs, rest, ok := strings.Cut(t, ":")
-	if !ok || len(rest) < 5 || rest[2] != ':' {
-		return 0, fmt.Errorf("malformed time %q", s)
+// digits parses a non-empty run of decimal digits (at most 9).
+func digits[T string | []byte](t T) (int, bool) {
+	if len(t) == 0 || len(t) > 9 {
+		return 0, false
 	}
-	h, err1 := strconv.Atoi(hs)
-	m, err2 := strconv.Atoi(rest[0:2])
-	sec, err3 := strconv.Atoi(rest[3:5])
-	if err1 != nil || err2 != nil || err3 != nil {
-		return 0, fmt.Errorf("malformed time %q", s)
+	n := 0
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+// fraction parses 1 to 6 fractional digits into microseconds.
+func fraction[T string | []byte](t T) (int, bool) {
+	f, ok := digits(t)
+	if !ok || len(t) > 6 {
+		return 0, false
+	}
+	for i := len(t); i < 6; i++ {
+		f *= 10
+	}
+	return f, true
+}
+
+// timeMicros parses "[-]hhh:mm:ss[.ffffff]" into signed microseconds.
+func timeMicros[T string | []byte](s T) (int64, error) {
+	bad := func() (int64, error) { return 0, fmt.Errorf("malformed time %q", string(s)) }
+	t := s
+	neg := len(t) > 0 && t[0] == '-'
+	if neg {
+		t = t[1:]
+	}
+	colon := -1
+	for i := 0; i < len(t); i++ {
+		if t[i] == ':' {
+			colon = i
+			break
+		}
+	}
+	if colon < 0 {
+		return bad()
+	}
+	rest := t[colon+1:]
+	if len(rest) < 5 || rest[2] != ':' {
+		return bad()
+	}
+	h, ok1 := digits(t[:colon])
+	m, ok2 := digits(rest[0:2])
+	sec, ok3 := digits(rest[3:5])
+	if !ok1 || !ok2 || !ok3 {
+		return bad()
 	}
 	var usec int64
 	if len(rest) > 5 {
-		frac := rest[6:]
-		if rest[5] != '.' || len(frac) > 6 {
-			return 0, fmt.Errorf("malformed time %q", s)
+		if rest[5] != '.' {
+			return bad()
 		}
-		f, err := strconv.Atoi(frac)
-		if err != nil {
-			return 0, fmt.Errorf("malformed time %q", s)
-		}
-		for i := len(frac); i < 6; i++ {
-			f *= 10
+		f, ok := fraction(rest[6:])
+		if !ok {
+			return bad()
 		}
 		usec = int64(f)
 	}
@@ -186,7 +207,7 @@ func timeMicros(s string) (int64, error) {
 }
 
 // dateValue converts "YYYY-MM-DD" (or the date of a datetime) into days since the epoch.
-func (c *column) dateValue(s string) (any, error) {
+func dateValue[T string | []byte](c *column, s T, bx *boxer) (any, error) {
 	y, mo, d, _, _, _, _, zero, err := dateParts(s)
 	if err != nil {
 		return nil, err
@@ -194,11 +215,11 @@ func (c *column) dateValue(s string) (any, error) {
 	if zero {
 		return c.zeroValue(), nil
 	}
-	return daysFromCivil(y, mo, d), nil
+	return bx.int(daysFromCivil(y, mo, d)), nil
 }
 
 // dateTimeValue converts a DATETIME text into epoch milliseconds or microseconds.
-func (c *column) dateTimeValue(s string, o *valueOptions) (any, error) {
+func dateTimeValue[T string | []byte](c *column, s T, o *valueOptions, bx *boxer) (any, error) {
 	y, mo, d, h, mi, sec, usec, zero, err := dateParts(s)
 	if err != nil {
 		return nil, err
@@ -208,9 +229,9 @@ func (c *column) dateTimeValue(s string, o *valueOptions) (any, error) {
 	}
 	micros := (daysFromCivil(y, mo, d)*86400+int64(h)*3600+int64(mi)*60+int64(sec))*1_000_000 + int64(usec)
 	if o.timeConnect || c.fsp <= 3 {
-		return floorDiv(micros, 1000), nil
+		return bx.int(floorDiv(micros, 1000)), nil
 	}
-	return micros, nil
+	return bx.int(micros), nil
 }
 
 func floorDiv(a, b int64) int64 {
@@ -223,7 +244,7 @@ func floorDiv(a, b int64) int64 {
 
 // timestampValue renders a TIMESTAMP (text in UTC) as an ISO-8601 string in UTC with the
 // column's fractional digits, as Debezium's ZonedTimestamp.
-func (c *column) timestampValue(s string) (any, error) {
+func timestampValue[T string | []byte](c *column, s T, bx *boxer) (any, error) {
 	y, mo, d, h, mi, sec, usec, zero, err := dateParts(s)
 	if err != nil {
 		return nil, err
@@ -234,14 +255,33 @@ func (c *column) timestampValue(s string) (any, error) {
 		}
 		y, mo, d, h, mi, sec, usec = 1970, 1, 1, 0, 0, 0, 0
 	}
-	b := make([]byte, 0, 32)
-	b = fmt.Appendf(b, "%04d-%02d-%02dT%02d:%02d:%02d", y, mo, d, h, mi, sec)
+	var buf [32]byte
+	b := appendPadded(buf[:0], y, 4)
+	b = appendPadded(append(b, '-'), mo, 2)
+	b = appendPadded(append(b, '-'), d, 2)
+	b = appendPadded(append(b, 'T'), h, 2)
+	b = appendPadded(append(b, ':'), mi, 2)
+	b = appendPadded(append(b, ':'), sec, 2)
 	if c.fsp > 0 {
-		frac := fmt.Sprintf("%06d", usec)
-		b = append(b, '.')
-		b = append(b, frac[:c.fsp]...)
+		var frac [6]byte
+		f := appendPadded(frac[:0], usec, 6)
+		b = append(append(b, '.'), f[:min(c.fsp, 6)]...)
 	}
-	return string(append(b, 'Z')), nil
+	return bx.str(bx.string(append(b, 'Z'))), nil
+}
+
+// appendPadded appends n (>= 0) in decimal with leading zeros to width digits.
+func appendPadded(dst []byte, n, width int) []byte {
+	var d [20]byte
+	i := len(d)
+	for n >= 10 || i > len(d)-width+1 {
+		i--
+		d[i] = byte('0' + n%10)
+		n /= 10
+	}
+	i--
+	d[i] = byte('0' + n)
+	return append(dst, d[i:]...)
 }
 
 // zeroValue is what a zero date becomes: null in a nullable column, else the epoch.
@@ -252,15 +292,15 @@ func (c *column) zeroValue() any {
 	return int64(0)
 }
 
-func (c *column) timeValue(s string, o *valueOptions) (any, error) {
+func timeValue[T string | []byte](s T, o *valueOptions, bx *boxer) (any, error) {
 	us, err := timeMicros(s)
 	if err != nil {
 		return nil, err
 	}
 	if o.timeConnect {
-		return floorDiv(us, 1000), nil
+		return bx.int(floorDiv(us, 1000)), nil
 	}
-	return us, nil
+	return bx.int(us), nil
 }
 
 func (c *column) binaryValue(b []byte, o *valueOptions) any {
@@ -297,17 +337,17 @@ func (c *column) bitValue(v uint64) any {
 	return out
 }
 
-func (c *column) uintValue(v uint64, o *valueOptions) any {
+func (c *column) uintValue(v uint64, o *valueOptions, bx *boxer) any {
 	if c.kind == kindUint64 && o.bigintPrecise {
 		return strconv.FormatUint(v, 10)
 	}
 	if v > math.MaxInt64 {
 		return v
 	}
-	return boxInt(int64(v))
+	return bx.int(int64(v))
 }
 
-func (c *column) decimalValue(s string, o *valueOptions) (any, error) {
+func (c *column) decimalValue(s string, o *valueOptions, bx *boxer) (any, error) {
 	if o.decimalDouble {
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil {
@@ -315,7 +355,7 @@ func (c *column) decimalValue(s string, o *valueOptions) (any, error) {
 		}
 		return f, nil
 	}
-	return s, nil
+	return bx.str(s), nil
 }
 
 func float32Value(f float32) float64 {
@@ -365,7 +405,7 @@ func utf8Text(b []byte) string {
 
 // binlogValue converts a value decoded by go-mysql from a row event (see replication.RowsEvent
 // for the Go types per column type).
-func (c *column) binlogValue(v any, o *valueOptions) (any, error) {
+func (c *column) binlogValue(v any, o *valueOptions, bx *boxer) (any, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -373,30 +413,30 @@ func (c *column) binlogValue(v any, o *valueOptions) (any, error) {
 	case kindInt, kindUint64, kindYear:
 		switch x := v.(type) {
 		case int8:
-			return boxInt(int64(x)), nil
+			return bx.int(int64(x)), nil
 		case int16:
-			return boxInt(int64(x)), nil
+			return bx.int(int64(x)), nil
 		case int32:
-			return boxInt(int64(x)), nil
+			return bx.int(int64(x)), nil
 		case int64:
-			return boxInt(x), nil
+			return bx.int(x), nil
 		case int:
-			return boxInt(int64(x)), nil
+			return bx.int(int64(x)), nil
 		case uint8:
-			return boxInt(int64(x)), nil
+			return bx.int(int64(x)), nil
 		case uint16:
-			return boxInt(int64(x)), nil
+			return bx.int(int64(x)), nil
 		case uint32:
-			return boxInt(int64(x)), nil
+			return bx.int(int64(x)), nil
 		case uint64:
-			return c.uintValue(x, o), nil
+			return c.uintValue(x, o, bx), nil
 		}
 	case kindDecimal:
 		switch x := v.(type) {
 		case string:
-			return c.decimalValue(x, o)
+			return c.decimalValue(x, o, bx)
 		case fmt.Stringer:
-			return c.decimalValue(x.String(), o)
+			return c.decimalValue(x.String(), o, bx)
 		}
 	case kindFloat:
 		switch x := v.(type) {
@@ -418,29 +458,31 @@ func (c *column) binlogValue(v any, o *valueOptions) (any, error) {
 		}
 	case kindDate:
 		if x, ok := v.(string); ok {
-			return c.dateValue(x)
+			return dateValue(c, x, bx)
 		}
 	case kindTime:
 		if x, ok := v.(string); ok {
-			return c.timeValue(x, o)
+			return timeValue(x, o, bx)
 		}
 	case kindDateTime:
 		if x, ok := v.(string); ok {
-			return c.dateTimeValue(x, o)
+			return dateTimeValue(c, x, o, bx)
 		}
 	case kindTimestamp:
 		if x, ok := v.(string); ok {
-			return c.timestampValue(x)
+			return timestampValue(c, x, bx)
 		}
 	case kindText, kindJSON:
 		switch x := v.(type) {
 		case string:
 			if c.dec == nil && utf8.ValidString(x) {
-				return x, nil // the decoder's own copy: no conversion needed
+				return bx.str(x), nil // the decoder's own copy: no conversion needed
 			}
-			return c.text([]byte(x))
+			t, err := c.text([]byte(x))
+			return bx.str(t), err
 		case []byte:
-			return c.text(x)
+			t, err := c.text(x)
+			return bx.str(t), err
 		}
 	case kindBinary:
 		switch x := v.(type) {
@@ -452,13 +494,13 @@ func (c *column) binlogValue(v any, o *valueOptions) (any, error) {
 	case kindEnum:
 		if x, ok := v.(int64); ok {
 			if x >= 1 && int(x) <= len(c.values) {
-				return c.values[x-1], nil
+				return bx.str(c.values[x-1]), nil
 			}
 			return "", nil
 		}
 	case kindSet:
 		if x, ok := v.(int64); ok {
-			return c.setValue(uint64(x)), nil
+			return bx.str(c.setValue(uint64(x))), nil
 		}
 	case kindGeometry:
 		switch x := v.(type) {
@@ -471,23 +513,23 @@ func (c *column) binlogValue(v any, o *valueOptions) (any, error) {
 	return nil, fmt.Errorf("column %s (%s): unexpected binlog value of type %T", c.name, c.kind, v)
 }
 
-// snapshotValue converts a value of a binary-protocol result set row.
-func (c *column) snapshotValue(fv *gomysql.FieldValue, o *valueOptions) (any, error) {
+// snapshotValue converts a value of a result set row (text or binary protocol). The row's
+// memory is reused for the next row: nothing returned may point into it.
+func (c *column) snapshotValue(fv *gomysql.FieldValue, o *valueOptions, bx *boxer) (any, error) {
 	if fv.Type == gomysql.FieldValueTypeNull {
 		return nil, nil
 	}
-	str := func() string { return string(fv.AsString()) }
 	switch c.kind {
 	case kindInt, kindUint64, kindYear:
 		switch fv.Type {
 		case gomysql.FieldValueTypeSigned:
-			return boxInt(fv.AsInt64()), nil
+			return bx.int(fv.AsInt64()), nil
 		case gomysql.FieldValueTypeUnsigned:
-			return c.uintValue(fv.AsUint64(), o), nil
+			return c.uintValue(fv.AsUint64(), o, bx), nil
 		}
 	case kindDecimal:
 		if fv.Type == gomysql.FieldValueTypeString {
-			return c.decimalValue(str(), o)
+			return c.decimalValue(bx.string(fv.AsString()), o, bx)
 		}
 	case kindFloat:
 		if fv.Type == gomysql.FieldValueTypeFloat {
@@ -506,16 +548,19 @@ func (c *column) snapshotValue(fv *gomysql.FieldValue, o *valueOptions) (any, er
 			return c.bitValue(v), nil
 		}
 	case kindDate:
-		return c.dateValue(str())
+		return dateValue(c, fv.AsString(), bx)
 	case kindTime:
-		return c.timeValue(str(), o)
+		return timeValue(fv.AsString(), o, bx)
 	case kindDateTime:
-		return c.dateTimeValue(str(), o)
+		return dateTimeValue(c, fv.AsString(), o, bx)
 	case kindTimestamp:
-		return c.timestampValue(str())
+		return timestampValue(c, fv.AsString(), bx)
 	case kindText, kindJSON, kindEnum, kindSet:
 		if fv.Type == gomysql.FieldValueTypeString {
 			// the server converted the text to the connection's utf8mb4
+			if b := fv.AsString(); utf8.Valid(b) {
+				return bx.str(bx.string(b)), nil
+			}
 			return utf8Text(fv.AsString()), nil
 		}
 	case kindBinary:

@@ -1,0 +1,117 @@
+package mysql
+
+import (
+	"unsafe"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// Boxing without an allocation per value.
+//
+// Storing an int64, a string or a Row in an interface normally copies it into its own small
+// heap object: several allocations per record, most of a record's cost after its decoding. A
+// boxer copies values into slabs instead and makes interfaces that point into them, the shape
+// the runtime itself builds (connect's JSON parser does the same). This is sound because an
+// interface's data word is an ordinary pointer for the garbage collector (a slab lives while
+// any interface points into it), and a slab element is never written again after it is boxed
+// (appends only fill unused capacity; a full slab is replaced, never reused), so the boxed
+// values are as immutable as the language makes them.
+//
+// Boxed rows point into a fieldArena and its fields back to boxed rows: reset, called with the
+// arena's, starts a new generation of row slabs (see fieldArena). Ints, strings and string data
+// point nowhere back, so their slabs carry over.
+//
+// A boxer belongs to one goroutine. The zero boxer is ready; a nil *boxer boxes the usual way.
+type boxer struct {
+	ints  []int64
+	strs  []string
+	bytes []byte // string data
+
+	rows           []connect.Row
+	rowsUsed, next int
+}
+
+// reset starts a new generation of row slabs.
+func (b *boxer) reset() {
+	b.next = min(max(b.rowsUsed, 16), boxSlab)
+	b.rowsUsed = 0
+	b.rows = nil
+}
+
+const (
+	boxSlab      = 512      // values per int, string and row slab
+	bytesSlab    = 32 << 10 // bytes per string data slab
+	maxSlabBytes = 1 << 10  // longer strings get their own allocation
+)
+
+type eface struct{ typ, data unsafe.Pointer }
+
+func typeWord(x any) unsafe.Pointer { return (*eface)(unsafe.Pointer(&x)).typ }
+
+var (
+	typInt64  = typeWord(int64(0))
+	typString = typeWord("")
+	typRow    = typeWord(connect.Row(nil))
+)
+
+func boxAt(typ, data unsafe.Pointer) (v any) {
+	e := (*eface)(unsafe.Pointer(&v))
+	e.typ, e.data = typ, data
+	return v
+}
+
+// int boxes n (small values come from boxInt's table).
+func (b *boxer) int(n int64) any {
+	if n >= 0 && n < 4096 || b == nil {
+		return boxInt(n)
+	}
+	if len(b.ints) == cap(b.ints) {
+		b.ints = make([]int64, 0, boxSlab)
+	}
+	b.ints = append(b.ints, n)
+	return boxAt(typInt64, unsafe.Pointer(&b.ints[len(b.ints)-1]))
+}
+
+// str boxes s.
+func (b *boxer) str(s string) any {
+	if b == nil || s == "" {
+		return s
+	}
+	if len(b.strs) == cap(b.strs) {
+		b.strs = make([]string, 0, boxSlab)
+	}
+	b.strs = append(b.strs, s)
+	return boxAt(typString, unsafe.Pointer(&b.strs[len(b.strs)-1]))
+}
+
+// row boxes r; a nil Row stays an untyped nil (JSON null).
+func (b *boxer) row(r connect.Row) any {
+	if r == nil {
+		return nil
+	}
+	if b == nil {
+		return r
+	}
+	if len(b.rows) == cap(b.rows) {
+		b.rows = make([]connect.Row, 0, max(b.next, 16))
+	}
+	b.rowsUsed++
+	b.rows = append(b.rows, r)
+	return boxAt(typRow, unsafe.Pointer(&b.rows[len(b.rows)-1]))
+}
+
+// string copies p into a string whose bytes live in a slab (never written again).
+func (b *boxer) string(p []byte) string {
+	if b == nil || len(p) > maxSlabBytes {
+		return string(p)
+	}
+	if len(p) == 0 {
+		return ""
+	}
+	if cap(b.bytes)-len(b.bytes) < len(p) {
+		b.bytes = make([]byte, 0, bytesSlab)
+	}
+	start := len(b.bytes)
+	b.bytes = append(b.bytes, p...)
+	return unsafe.String(&b.bytes[start], len(p))
+}
