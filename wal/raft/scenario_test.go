@@ -47,6 +47,8 @@ type sim struct {
 	now   time.Time
 	// drop, when set, drops the messages it returns true for.
 	drop func(m *pb.Message) bool
+	// frozen nodes do not tick: their clock stands still.
+	frozen map[uint64]bool
 }
 
 type simSender struct {
@@ -81,7 +83,7 @@ func (ss simSender) send(key groupKey, msgs []*pb.Message) []uint64 {
 }
 
 func newSim(t *testing.T, n int, tcfg wal.TopicConfig) *sim {
-	s := &sim{t: t, nodes: map[uint64]*simNode{}, cut: map[[2]uint64]bool{}, hold: map[uint64]bool{},
+	s := &sim{t: t, nodes: map[uint64]*simNode{}, cut: map[[2]uint64]bool{}, hold: map[uint64]bool{}, frozen: map[uint64]bool{},
 		tcfg: tcfg, now: time.UnixMilli(1_700_000_000_000)}
 	s.cfg = Config{ElectionTicks: 10, HeartbeatTicks: 1, Logger: testLogger(t)}
 	s.cfg.setDefaults()
@@ -214,7 +216,7 @@ func (s *sim) tick(n int) {
 	for i := 0; i < n; i++ {
 		s.now = s.now.Add(100 * time.Millisecond)
 		for _, id := range s.ids {
-			if nd := s.nodes[id]; !nd.down {
+			if nd := s.nodes[id]; !nd.down && !s.frozen[id] {
 				nd.g.tick()
 				s.process(nd)
 			}
@@ -612,6 +614,7 @@ func TestScenarioStaleLeaderProducerCheck(t *testing.T) {
 			s.cut[[2]uint64{id, old.id}] = true
 		}
 	}
+	s.frozen[old.id] = true // it does not notice it lost its quorum yet
 	nl := s.leader(others...)
 	mustAck(t, s.appendAt(nl, "s1", opts(1)))
 	if !old.g.status.Serving {
@@ -621,6 +624,7 @@ func TestScenarioStaleLeaderProducerCheck(t *testing.T) {
 	if r, done := outcome(stale); done {
 		t.Fatalf("stale leader answered at once: %v", r.err)
 	}
+	delete(s.frozen, old.id)
 	s.tick(30) // the old leader's election timeout passes
 	r, done := outcome(stale)
 	var nle *NotLeaderError
