@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,32 +66,56 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// rounds collects per-round durations of named phases and reports medians.
-type rounds map[string][]time.Duration
+// rounds collects per-round durations and CPU times of named phases and reports medians.
+type rounds struct {
+	wall map[string][]time.Duration
+	cpu  map[string][]time.Duration
+}
 
-func (r rounds) add(phase string, d time.Duration) { r[phase] = append(r[phase], d) }
+func newRounds() *rounds {
+	return &rounds{wall: map[string][]time.Duration{}, cpu: map[string][]time.Duration{}}
+}
 
-// report reports each phase's median rate and, against base, the median per-round ratio of
-// the base's duration to the phase's (a rate ratio: 0.5 = half as fast as the baseline).
-func (r rounds) report(b *testing.B, base string, phases ...string) {
+// cpuTime is the CPU time (user and system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// measure runs phase and records its duration (as fn reports it) and the CPU time the process
+// used meanwhile (the servers' CPU is not counted).
+func (r *rounds) measure(phase string, fn func() time.Duration) {
+	c0 := cpuTime()
+	d := fn()
+	r.wall[phase] = append(r.wall[phase], d)
+	r.cpu[phase] = append(r.cpu[phase], cpuTime()-c0)
+}
+
+// report reports each phase's median rate and CPU time per row and, against base, the median
+// per-round ratio of the base's duration to the phase's (a rate ratio: 0.5 = half as fast as
+// the baseline).
+func (r *rounds) report(b *testing.B, base string, phases ...string) {
 	rate := func(p string) {
-		var xs []float64
-		for _, d := range r[p] {
+		var xs, cs []float64
+		for i, d := range r.wall[p] {
 			xs = append(xs, benchRows/d.Seconds())
+			cs = append(cs, float64(r.cpu[p][i].Nanoseconds())/benchRows)
 		}
 		if len(xs) > 0 {
 			b.ReportMetric(median(xs), p+"_rows/s")
+			b.ReportMetric(median(cs), p+"_cpu_ns/row")
 		}
 	}
 	rate(base)
 	for _, p := range phases {
 		rate(p)
-		if len(r[base]) != len(r[p]) {
+		if len(r.wall[base]) != len(r.wall[p]) {
 			continue
 		}
 		var xs []float64
-		for i := range r[p] {
-			xs = append(xs, r[base][i].Seconds()/r[p][i].Seconds())
+		for i := range r.wall[p] {
+			xs = append(xs, r.wall[base][i].Seconds()/r.wall[p][i].Seconds())
 		}
 		b.ReportMetric(median(xs), p+"/"+base)
 	}
@@ -227,21 +252,25 @@ func BenchmarkBinlogDrain(b *testing.B) {
 	bl := &drainBacklog
 	b.ResetTimer()
 	for range b.N {
-		r := rounds{}
+		r := newRounds()
 		for range benchRounds() {
 			if benchPhase("raw") {
-				t0 := time.Now()
-				if n := rawDrain(b, m, bl.file, bl.pos, bl.end); n != benchRows {
-					b.Fatalf("raw decode saw %d rows, want %d", n, benchRows)
-				}
-				r.add("raw", time.Since(t0))
+				r.measure("raw", func() time.Duration {
+					t0 := time.Now()
+					if n := rawDrain(b, m, bl.file, bl.pos, bl.end); n != benchRows {
+						b.Fatalf("raw decode saw %d rows, want %d", n, benchRows)
+					}
+					return time.Since(t0)
+				})
 			}
 			if benchPhase("source") {
-				r.add("source", drainSource(b, benchConfig(m, bl.db, map[string]string{"snapshot.mode": "never"}), bl.file, bl.pos, benchRows))
+				r.measure("source", func() time.Duration {
+					return drainSource(b, benchConfig(m, bl.db, map[string]string{"snapshot.mode": "never"}), bl.file, bl.pos, benchRows)
+				})
 			}
 			if benchPhase("log") {
 				cfg := benchConfig(m, bl.db, map[string]string{"snapshot.mode": "never", "database.server.id": "7001"})
-				r.add("log", intoLog(b, cfg, "bench."+bl.db+".t", benchRows))
+				r.measure("log", func() time.Duration { return intoLog(b, cfg, "bench."+bl.db+".t", benchRows) })
 			}
 		}
 		r.report(b, "raw", "source", "log")
@@ -346,17 +375,17 @@ func BenchmarkSnapshot(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		r := rounds{}
+		r := newRounds()
 		for range benchRounds() {
 			if benchPhase("select") {
-				r.add("select", selectAll(b, m, db))
+				r.measure("select", func() time.Duration { return selectAll(b, m, db) })
 			}
 			if benchPhase("snapshot") {
-				r.add("snapshot", snapshotAlone(b, m, db))
+				r.measure("snapshot", func() time.Duration { return snapshotAlone(b, m, db) })
 			}
 			if benchPhase("log") {
 				cfg := benchConfig(m, db, map[string]string{"snapshot.mode": "initial_only", "snapshot.locking.mode": "none", "database.server.id": "7002"})
-				r.add("log", intoLog(b, cfg, "bench."+db+".t", benchRows))
+				r.measure("log", func() time.Duration { return intoLog(b, cfg, "bench."+db+".t", benchRows) })
 			}
 		}
 		r.report(b, "select", "snapshot", "log")

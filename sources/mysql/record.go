@@ -61,7 +61,7 @@ type fieldArena struct {
 
 const (
 	minFieldSlab = 64
-	maxFieldSlab = 8192 // 256 KiB
+	maxFieldSlab = 1024 // 32 KiB: a small object, recycled without the heap lock
 )
 
 // reset starts a new generation of slabs.
@@ -151,7 +151,7 @@ type posArena struct {
 	buf []byte
 }
 
-const posChunk = 64 << 10
+const posChunk = 16 << 10
 
 // reserve makes room for at least n more bytes without moving what was cut before.
 func (a *posArena) reserve(n int) {

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,44 +65,28 @@ type snapshotter struct {
 	started time.Time
 	tables  []*table
 
-	// the chunk reader (run), after open
-	out    chan snapItem
+	// the pipeline (snapread.go), after open
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	err    error // the reader's error, returned by every later read
+	outs   []chan snapItem  // the converters' batches, read in turn
+	next   int              // the converter whose batch comes next
+	held   []connect.Record // the last batch, held back until a later one exists
+	err    error            // the pipeline's error, returned by every later read
 
-	// owned by the chunk reader
+	// owned by the fetcher
 	ti       int
-	after    []any    // key of the last row read: the arguments of the next chunk query
-	keyJSON  []byte   // the same key rendered for States: "i:1","x:6b"
-	keyVals  []keyVal // the same key, saved from the last row of a chunk
+	after    []any // key of the last row read: the arguments of the next chunk query
 	rows     int64
 	run      uint32
 	stmt     *client.Stmt
 	stmtKind int // 0: first chunk, 1: next chunks
 	progress map[string][2]int64
-	cur      []connect.Record   // batch being filled
-	full     [][]connect.Record // full batches of the chunk being read
-	held     []connect.Record   // the last batch read, held back until a later row exists
-	fields   fieldArena
-	bx       boxer
-	arena    posArena
-	srcFor   *table // the table whose shared source block is srcBox
+	ins      []chan *rowSet // the converters' inputs, fed in turn
+	spare    chan []cell    // cells of converted row sets, for new ones
+	turn     int            // the converter the next row set goes to
+	srcFor   *table         // the table whose shared source block is srcBox
 	srcBox   any
-}
-
-// snapItem is one batch from the chunk reader to read, or its error.
-type snapItem struct {
-	recs []connect.Record
-	done bool // the snapshot's last batch
-	err  error
-}
-
-// keyVal is one key value of a result row, kept beyond the row's callback.
-type keyVal struct {
-	typ  gomysql.FieldValueType
-	bits uint64 // signed, unsigned or float64 bits
-	str  []byte
+	dataHint int // string bytes of the last row set, to size the next
 }
 
 func newSnapshotter(s *Source, epoch uint32, resume *state) *snapshotter {
@@ -232,12 +215,6 @@ func (sn *snapshotter) open(ctx context.Context) error {
 				if sn.after, err = decodeKeyArgs(sp.After); err != nil {
 					return connect.Permanentf("snapshot: stored position: %w", err)
 				}
-				for i, a := range sp.After {
-					if i > 0 {
-						sn.keyJSON = append(sn.keyJSON, ',')
-					}
-					sn.keyJSON = strconv.AppendQuote(sn.keyJSON, a)
-				}
 			} else {
 				sn.rows = 0
 			}
@@ -254,15 +231,7 @@ func (sn *snapshotter) open(ctx context.Context) error {
 		sn.progress[id] = [2]int64{done, sn.plan.Totals[i]}
 	}
 	s.log.Info("snapshot started", "tables", len(sn.plan.Tables), "binlog", sn.vfile, "pos", sn.vpos, "resumed", sn.resume != nil)
-	// the chunk reader hands over whole chunks and reads the next meanwhile
-	sn.out = make(chan snapItem, s.cfg.fetchSize/s.cfg.maxBatch+2)
-	rctx, cancel := context.WithCancel(context.Background())
-	sn.cancel = cancel
-	sn.wg.Add(1)
-	go func() {
-		defer sn.wg.Done()
-		sn.runReader(rctx)
-	}()
+	sn.start()
 	return nil
 }
 
@@ -283,108 +252,6 @@ func keyMode(t *table) int {
 		}
 	}
 	return keyEncodable
-}
-
-// close stops the chunk reader and closes the connection.
-func (sn *snapshotter) close() {
-	if sn.cancel != nil {
-		sn.cancel()
-		sn.wg.Wait()
-		sn.cancel = nil
-	}
-	if sn.stmt != nil {
-		sn.stmt.Close()
-		sn.stmt = nil
-	}
-	if sn.conn != nil {
-		sn.conn.Close()
-		sn.conn = nil
-	}
-}
-
-// read returns the next batch of snapshot records; done is true once every table was read (the
-// batch may still hold the last records).
-func (sn *snapshotter) read(ctx context.Context) (connect.Batch, bool, error) {
-	if sn.err != nil {
-		return connect.Batch{}, false, sn.err
-	}
-	select {
-	case it := <-sn.out:
-		if it.err != nil {
-			sn.err = it.err
-			return connect.Batch{}, false, it.err
-		}
-		b := connect.Batch{Records: it.recs}
-		if n := len(it.recs); n > 0 {
-			b.Position = it.recs[n-1].Position
-		}
-		return b, it.done, nil
-	case <-ctx.Done():
-		return connect.Batch{}, false, ctx.Err()
-	}
-}
-
-// runReader reads every remaining chunk and hands the records to read in batches. The last
-// batch read is held back until a later row exists, so that the snapshot's last record can be
-// marked "last" even when the tables after it are empty.
-func (sn *snapshotter) runReader(ctx context.Context) {
-	send := func(it snapItem) bool {
-		select {
-		case sn.out <- it:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	for sn.ti < len(sn.tables) {
-		if err := sn.chunk(ctx); err != nil {
-			send(snapItem{err: err})
-			return
-		}
-		batches := sn.full
-		if len(sn.cur) > 0 {
-			batches = append(batches, sn.cur)
-			sn.cur = nil
-		}
-		sn.full = nil
-		if len(batches) == 0 {
-			continue
-		}
-		if len(sn.held) > 0 && !send(snapItem{recs: sn.held}) {
-			return
-		}
-		for _, b := range batches[:len(batches)-1] {
-			if !send(snapItem{recs: b}) {
-				return
-			}
-		}
-		sn.held = batches[len(batches)-1]
-	}
-	if n := len(sn.held); n > 0 {
-		markLast(&sn.held[n-1])
-	}
-	send(snapItem{recs: sn.held, done: true})
-	sn.held = nil
-}
-
-// batch starts a batch unless one is being filled; call it before building a record, whose
-// memory then comes from the batch's own generation of slabs (see fieldArena).
-func (sn *snapshotter) batch() {
-	if sn.cur == nil {
-		sn.cur = make([]connect.Record, 0, sn.s.cfg.maxBatch)
-		sn.fields.reset()
-		sn.bx.reset()
-	}
-}
-
-// add appends a record to the batch being filled.
-func (sn *snapshotter) add(r connect.Record) {
-	sn.batch()
-	sn.cur = append(sn.cur, r)
-	if len(sn.cur) == sn.s.cfg.maxBatch {
-		sn.full = append(sn.full, sn.cur)
-		sn.cur = nil
-	}
 }
 
 // textKeys reports whether chunks of t are read with plain queries (the text protocol), with
@@ -417,243 +284,6 @@ func intArgs(args []any) bool {
 	return true
 }
 
-// chunk reads the next chunk of the current table into batches.
-func (sn *snapshotter) chunk(ctx context.Context) error {
-	s := sn.s
-	t := sn.tables[sn.ti]
-	id := sn.plan.Tables[sn.ti]
-	if t == nil {
-		sn.nextTable()
-		return nil
-	}
-	mode := keyMode(t)
-	limit := s.cfg.fetchSize
-	first := len(sn.after) == 0 && (mode != keyless || sn.rows == 0)
-	if first && sn.epoch > 0 {
-		// a re-snapshot (the binlog was lost): rows deleted meanwhile have no delete event, so
-		// the table starts over with a truncate event
-		sn.add(sn.truncateRecord(t))
-	}
-	var args []any
-	switch {
-	case mode == keyless:
-		args = []any{limit, sn.rows}
-	case first:
-		args = []any{limit}
-	default:
-		for i := range t.order {
-			for j := 0; j <= i; j++ {
-				args = append(args, sn.after[j])
-			}
-		}
-		args = append(args, limit)
-	}
-	text := textKeys(t, mode) && intArgs(args)
-	if !text {
-		kind := 1
-		if first {
-			kind = 0
-		}
-		if sn.stmt == nil || sn.stmtKind != kind {
-			if sn.stmt != nil {
-				sn.stmt.Close()
-			}
-			q := chunkQuery(t, mode, first, nil)
-			st, err := sn.conn.Prepare(q)
-			if err != nil {
-				return fmt.Errorf("snapshot %s: prepare %q: %w", id, q, err)
-			}
-			sn.stmt, sn.stmtKind = st, kind
-		}
-	}
-	stop := context.AfterFunc(ctx, func() { sn.conn.Close() })
-	defer stop()
-
-	if sn.srcFor != t {
-		sn.srcFor = t
-		sn.srcBox = s.sourceBlock(sn.started.UnixMilli(), "true", t.db, t.name, 0, nil, sn.vfile, sn.vpos, 0, nil)
-	}
-	rc := rowConverter{sn: sn, t: t, mode: mode, id: id, nowMs: s.now().UnixMilli(), version: version(sn.vseq, sn.vpos)}
-	var res gomysql.Result
-	var err error
-	if text {
-		err = sn.conn.ExecuteSelectStreaming(chunkQuery(t, mode, first, args), &res, rc.row, nil)
-	} else {
-		err = sn.stmt.ExecuteSelectStreaming(&res, rc.row, nil, args...)
-	}
-	if rc.err != nil {
-		return rc.err
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("snapshot %s: read chunk: %w", id, err)
-	}
-	if mode != keyless && rc.got > 0 {
-		sn.after = sn.after[:0]
-		for _, kv := range sn.keyVals {
-			sn.after = append(sn.after, kv.arg())
-		}
-	}
-	s.stats.events.Add(int64(rc.got))
-	sn.progress[id] = [2]int64{sn.rows, sn.plan.Totals[sn.ti]}
-	if rc.got < limit {
-		sn.nextTable()
-	}
-	p := make(map[string][2]int64, len(sn.progress))
-	for k, v := range sn.progress {
-		p[k] = v
-	}
-	s.stats.progress.Store(&p)
-	return nil
-}
-
-// rowConverter turns the rows of one chunk into records.
-type rowConverter struct {
-	sn      *snapshotter
-	t       *table
-	mode    int
-	id      string
-	nowMs   any
-	version int64
-	got     int
-	err     error
-}
-
-func (rc *rowConverter) row(row []gomysql.FieldValue) error {
-	sn, t := rc.sn, rc.t
-	opts := &sn.s.opts
-	rc.got++
-	sn.rows++
-	sn.batch()
-	nk := len(t.key)
-	blk := sn.fields.newBlock(0, t.nOut, nk)
-	for i := range t.cols {
-		c := &t.cols[i]
-		if c.excluded {
-			continue
-		}
-		v, err := c.snapshotValue(&row[i], opts, &sn.bx)
-		if err != nil {
-			rc.err = fmt.Errorf("snapshot %s: %w", rc.id, err)
-			return rc.err
-		}
-		if c.mask != nil {
-			v = c.mask(v)
-		}
-		blk.after[c.out] = connect.Field{Name: c.name, Value: v}
-	}
-	var key any
-	if nk > 0 {
-		for j, i := range t.key {
-			c := &t.cols[i]
-			if !c.excluded && c.mask == nil {
-				blk.key[j] = blk.after[c.out]
-				continue
-			}
-			v, err := c.snapshotValue(&row[i], opts, &sn.bx)
-			if err != nil {
-				rc.err = fmt.Errorf("snapshot %s: key: %w", rc.id, err)
-				return rc.err
-			}
-			blk.key[j] = connect.Field{Name: c.name, Value: v}
-		}
-		key = sn.bx.row(blk.key)
-	}
-	if rc.mode != keyless {
-		sn.saveKey(t, row)
-	}
-	sn.add(connect.Record{
-		Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started,
-		Key: key, Value: blk.envelope(&sn.bx, nil, blk.after, sn.srcBox, connect.OpRead, rc.nowMs),
-		Version: rc.version, Position: sn.position(t, rc.mode, row),
-	})
-	return nil
-}
-
-// saveKey keeps the key of a row beyond its callback: for the State of its position and the
-// next chunk query.
-func (sn *snapshotter) saveKey(t *table, row []gomysql.FieldValue) {
-	if len(sn.keyVals) != len(t.order) {
-		sn.keyVals = make([]keyVal, len(t.order))
-	}
-	sn.keyJSON = sn.keyJSON[:0]
-	for j, i := range t.order {
-		fv := &row[i]
-		kv := &sn.keyVals[j]
-		kv.typ = fv.Type
-		switch fv.Type {
-		case gomysql.FieldValueTypeSigned, gomysql.FieldValueTypeUnsigned:
-			kv.bits = fv.AsUint64()
-		case gomysql.FieldValueTypeFloat:
-			kv.bits = math.Float64bits(fv.AsFloat64())
-		case gomysql.FieldValueTypeString:
-			kv.str = append(kv.str[:0], fv.AsString()...)
-		}
-		if j > 0 {
-			sn.keyJSON = append(sn.keyJSON, ',')
-		}
-		sn.keyJSON = append(sn.keyJSON, '"')
-		sn.keyJSON = appendKeyArg(sn.keyJSON, fv)
-		sn.keyJSON = append(sn.keyJSON, '"')
-	}
-}
-
-// arg converts a saved key value into a statement argument.
-func (kv *keyVal) arg() any {
-	switch kv.typ {
-	case gomysql.FieldValueTypeSigned:
-		return int64(kv.bits)
-	case gomysql.FieldValueTypeUnsigned:
-		return kv.bits
-	case gomysql.FieldValueTypeFloat:
-		return math.Float64frombits(kv.bits)
-	case gomysql.FieldValueTypeString:
-		return append([]byte(nil), kv.str...)
-	}
-	return nil
-}
-
-// position is the position right after the row just read.
-func (sn *snapshotter) position(t *table, mode int, row []gomysql.FieldValue) connect.Position {
-	a := &sn.arena
-	a.reserve(64 + 2*len(sn.keyJSON) + 24*len(t.order))
-	start := len(a.buf)
-	a.buf = binary.BigEndian.AppendUint32(a.buf, sn.epoch)
-	a.buf = append(a.buf, phaseSnapshot)
-	a.buf = binary.BigEndian.AppendUint32(a.buf, uint32(sn.ti))
-	if mode == keyEncodable {
-		a.buf = append(a.buf, 0x01)
-		for _, i := range t.order {
-			a.buf = appendKeyValue(a.buf, t.cols[i].kind, &row[i])
-		}
-	} else {
-		a.buf = append(a.buf, 0x02)
-		a.buf = binary.BigEndian.AppendUint32(a.buf, sn.run)
-		a.buf = binary.BigEndian.AppendUint64(a.buf, uint64(sn.rows))
-	}
-	order := a.cut(start)
-	start = len(a.buf)
-	a.buf = sn.appendState(a.buf)
-	return connect.Position{Order: order, State: a.cut(start)}
-}
-
-// truncateRecord is the op "t" event that starts a table of a re-snapshot. Its Order sorts
-// before the table's rows (0x00 after the table index).
-func (sn *snapshotter) truncateRecord(t *table) connect.Record {
-	s := sn.s
-	var order []byte
-	order = binary.BigEndian.AppendUint32(order, sn.epoch)
-	order = append(order, phaseSnapshot)
-	order = binary.BigEndian.AppendUint32(order, uint32(sn.ti))
-	order = append(order, 0x00)
-	src := s.sourceBlock(sn.started.UnixMilli(), "true", t.db, t.name, 0, nil, sn.vfile, sn.vpos, 0, nil)
-	ev := connect.ChangeEvent{Source: src, Op: connect.OpTruncate, TsMs: s.now().UnixMilli()}
-	return connect.Record{Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started, Value: ev.Row(),
-		Version: version(sn.vseq, sn.vpos), Position: connect.Position{Order: order, State: sn.appendState(nil)}}
-}
-
 // markLast sets source.snapshot of the snapshot's last record to "last", on a copy of the source
 // block the record shares with the others of its table.
 func markLast(rec *connect.Record) {
@@ -673,29 +303,30 @@ func markLast(rec *connect.Record) {
 
 func (sn *snapshotter) nextTable() {
 	sn.ti++
-	sn.after, sn.keyJSON, sn.keyVals, sn.rows, sn.run = nil, nil, nil, 0, 0
+	sn.after, sn.rows, sn.run = nil, 0, 0
 	if sn.stmt != nil {
 		sn.stmt.Close()
 		sn.stmt = nil
 	}
 }
 
-// appendState appends the State of the position right after the row just read.
-func (sn *snapshotter) appendState(dst []byte) []byte {
+// appendSnapState appends the State of a snapshot position: table ti, rows read of it, the key
+// of the last (keyJSON: "i:1","x:6b", empty for none) and run.
+func appendSnapState(dst []byte, epoch uint32, ti int, keyJSON []byte, rows int64, run uint32) []byte {
 	dst = append(dst, `{"v":1,"epoch":`...)
-	dst = strconv.AppendUint(dst, uint64(sn.epoch), 10)
+	dst = strconv.AppendUint(dst, uint64(epoch), 10)
 	dst = append(dst, `,"snapshot":{"table":`...)
-	dst = strconv.AppendInt(dst, int64(sn.ti), 10)
-	if len(sn.keyJSON) > 0 {
+	dst = strconv.AppendInt(dst, int64(ti), 10)
+	if len(keyJSON) > 0 {
 		dst = append(dst, `,"after":[`...)
-		dst = append(dst, sn.keyJSON...)
+		dst = append(dst, keyJSON...)
 		dst = append(dst, ']')
 	}
 	dst = append(dst, `,"rows":`...)
-	dst = strconv.AppendInt(dst, sn.rows, 10)
-	if sn.run > 0 {
+	dst = strconv.AppendInt(dst, rows, 10)
+	if run > 0 {
 		dst = append(dst, `,"run":`...)
-		dst = strconv.AppendUint(dst, uint64(sn.run), 10)
+		dst = strconv.AppendUint(dst, uint64(run), 10)
 	}
 	return append(dst, "}}"...)
 }
@@ -773,7 +404,7 @@ func chunkQuery(t *table, mode int, first bool, args []any) string {
 }
 
 // appendKeyArg renders a key value for the stored position: i:, u:, f: or x: (hex bytes).
-func appendKeyArg(dst []byte, fv *gomysql.FieldValue) []byte {
+func appendKeyArg(dst []byte, fv *cell) []byte {
 	switch fv.Type {
 	case gomysql.FieldValueTypeSigned:
 		return strconv.AppendInt(append(dst, "i:"...), fv.AsInt64(), 10)
@@ -815,7 +446,7 @@ func decodeKeyArgs(enc []string) ([]any, error) {
 }
 
 // appendKeyValue appends the order-preserving encoding of one key value.
-func appendKeyValue(dst []byte, k kind, fv *gomysql.FieldValue) []byte {
+func appendKeyValue(dst []byte, k kind, fv *cell) []byte {
 	switch fv.Type {
 	case gomysql.FieldValueTypeSigned:
 		return appendKeyInt(dst, fv.AsInt64())

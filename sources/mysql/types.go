@@ -513,9 +513,9 @@ func (c *column) binlogValue(v any, o *valueOptions, bx *boxer) (any, error) {
 	return nil, fmt.Errorf("column %s (%s): unexpected binlog value of type %T", c.name, c.kind, v)
 }
 
-// snapshotValue converts a value of a result set row (text or binary protocol). The row's
-// memory is reused for the next row: nothing returned may point into it.
-func (c *column) snapshotValue(fv *gomysql.FieldValue, o *valueOptions, bx *boxer) (any, error) {
+// snapshotValue converts a value of a result set row (text or binary protocol), fetched into a
+// cell whose bytes never change.
+func (c *column) snapshotValue(fv *cell, o *valueOptions, bx *boxer) (any, error) {
 	if fv.Type == gomysql.FieldValueTypeNull {
 		return nil, nil
 	}
@@ -529,7 +529,7 @@ func (c *column) snapshotValue(fv *gomysql.FieldValue, o *valueOptions, bx *boxe
 		}
 	case kindDecimal:
 		if fv.Type == gomysql.FieldValueTypeString {
-			return c.decimalValue(bx.string(fv.AsString()), o, bx)
+			return c.decimalValue(fv.stableString(), o, bx)
 		}
 	case kindFloat:
 		if fv.Type == gomysql.FieldValueTypeFloat {
@@ -558,8 +558,8 @@ func (c *column) snapshotValue(fv *gomysql.FieldValue, o *valueOptions, bx *boxe
 	case kindText, kindJSON, kindEnum, kindSet:
 		if fv.Type == gomysql.FieldValueTypeString {
 			// the server converted the text to the connection's utf8mb4
-			if b := fv.AsString(); utf8.Valid(b) {
-				return bx.str(bx.string(b)), nil
+			if utf8.Valid(fv.AsString()) {
+				return bx.str(fv.stableString()), nil
 			}
 			return utf8Text(fv.AsString()), nil
 		}

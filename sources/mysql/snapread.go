@@ -1,0 +1,507 @@
+package mysql
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"runtime"
+	"unsafe"
+
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// Reading the snapshot: a pipeline of goroutines started by open and stopped by close.
+//
+//	fetcher:     runs the chunk queries one after the other on the snapshot connection and
+//	             copies each chunk's rows into row sets (cells) of at most max.batch.size rows
+//	converters:  (up to 4, by GOMAXPROCS) turn row sets into batches of records, each in turn
+//	read:        takes the batches from the converters in the same turn, so in row order
+//
+// The fetcher hands a chunk over only once the chunk's query is done, so a slow consumer (a
+// paused connector) never stalls a query on the server (net_write_timeout); it reads the next
+// chunk while the converters work. Each row set becomes one batch; read holds the last batch
+// back until a later one exists, so that the snapshot's last record can be marked "last" even
+// when the tables after it are empty. Memory is bounded by the channels: about three chunks.
+
+// cell is one value of a fetched row: the parts of a gomysql.FieldValue, with string bytes in
+// the row set's data (written once, never changed afterwards).
+type cell struct {
+	Type gomysql.FieldValueType
+	bits uint64 // signed, unsigned or float64 bits
+	str  []byte
+}
+
+func (c *cell) AsInt64() int64     { return int64(c.bits) }
+func (c *cell) AsUint64() uint64   { return c.bits }
+func (c *cell) AsFloat64() float64 { return math.Float64frombits(c.bits) }
+func (c *cell) AsString() []byte   { return c.str }
+
+// stableString is the cell's string bytes as a string without a copy: the row set's data is
+// never written again once the set is handed over.
+func (c *cell) stableString() string {
+	if len(c.str) == 0 {
+		return ""
+	}
+	return unsafe.String(&c.str[0], len(c.str))
+}
+
+// arg is the cell as a statement argument (the key of the next chunk query).
+func (c *cell) arg() any {
+	switch c.Type {
+	case gomysql.FieldValueTypeSigned:
+		return c.AsInt64()
+	case gomysql.FieldValueTypeUnsigned:
+		return c.bits
+	case gomysql.FieldValueTypeFloat:
+		return c.AsFloat64()
+	case gomysql.FieldValueTypeString:
+		return append([]byte(nil), c.str...)
+	}
+	return nil
+}
+
+// rowSet is a run of rows of one chunk, converted into one batch.
+type rowSet struct {
+	t     *table
+	mode  int
+	ti    int
+	rows0 int64 // rows of the table read before the set's first
+	run   uint32
+	trunc bool // the batch starts with the table's truncate event (a re-snapshot)
+	src   any  // the table's shared source block
+	n     int
+	cells []cell
+	data  []byte
+	err   error // the fetcher failed: no rows, the error goes to read in turn
+}
+
+func (rs *rowSet) row(i int) []cell {
+	nc := len(rs.t.cols)
+	return rs.cells[i*nc : (i+1)*nc : (i+1)*nc]
+}
+
+// add copies a fetched row into the set.
+func (rs *rowSet) add(row []gomysql.FieldValue) {
+	for i := range row {
+		fv := &row[i]
+		c := cell{Type: fv.Type}
+		switch fv.Type {
+		case gomysql.FieldValueTypeSigned, gomysql.FieldValueTypeUnsigned:
+			c.bits = fv.AsUint64()
+		case gomysql.FieldValueTypeFloat:
+			c.bits = math.Float64bits(fv.AsFloat64())
+		case gomysql.FieldValueTypeString:
+			b := fv.AsString()
+			if cap(rs.data)-len(rs.data) < len(b) {
+				// a new slab; the cells cut from the old one keep it
+				rs.data = make([]byte, 0, max(2*cap(rs.data), len(b), 4096))
+			}
+			start := len(rs.data)
+			rs.data = append(rs.data, b...)
+			c.str = rs.data[start:len(rs.data):len(rs.data)]
+		}
+		rs.cells = append(rs.cells, c)
+	}
+	rs.n++
+}
+
+// snapItem is one batch of a converter, or the error that ends the snapshot.
+type snapItem struct {
+	recs []connect.Record
+	err  error
+}
+
+// start starts the fetcher and the converters.
+func (sn *snapshotter) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	sn.cancel = cancel
+	k := min(max(runtime.GOMAXPROCS(0), 1), 4)
+	perChunk := sn.s.cfg.fetchSize/sn.s.cfg.maxBatch + 1
+	sn.spare = make(chan []cell, k+1)
+	for range k {
+		in := make(chan *rowSet, perChunk/k+1)
+		out := make(chan snapItem, 1)
+		sn.ins = append(sn.ins, in)
+		sn.outs = append(sn.outs, out)
+		cv := &converter{sn: sn}
+		sn.wg.Add(1)
+		go func() {
+			defer sn.wg.Done()
+			defer close(out)
+			cv.run(ctx, in, out)
+		}()
+	}
+	sn.wg.Add(1)
+	go func() {
+		defer sn.wg.Done()
+		defer func() {
+			for _, in := range sn.ins {
+				close(in)
+			}
+		}()
+		sn.fetch(ctx)
+	}()
+}
+
+// close stops the pipeline and closes the connection.
+func (sn *snapshotter) close() {
+	if sn.cancel != nil {
+		sn.cancel()
+		sn.wg.Wait()
+		sn.cancel = nil
+	}
+	if sn.stmt != nil {
+		sn.stmt.Close()
+		sn.stmt = nil
+	}
+	if sn.conn != nil {
+		sn.conn.Close()
+		sn.conn = nil
+	}
+}
+
+// read returns the next batch of snapshot records; done is true once every table was read (the
+// batch may still hold the last records).
+func (sn *snapshotter) read(ctx context.Context) (connect.Batch, bool, error) {
+	if sn.err != nil {
+		return connect.Batch{}, false, sn.err
+	}
+	for {
+		select {
+		case it, ok := <-sn.outs[sn.next]:
+			if !ok {
+				// the converter next in turn has no more: nor has any other
+				recs := sn.held
+				sn.held = nil
+				if n := len(recs); n > 0 {
+					markLast(&recs[n-1])
+				}
+				return batchOf(recs), true, nil
+			}
+			sn.next = (sn.next + 1) % len(sn.outs)
+			if it.err != nil {
+				sn.err = it.err
+				return connect.Batch{}, false, it.err
+			}
+			if len(it.recs) == 0 {
+				continue
+			}
+			recs := sn.held
+			sn.held = it.recs
+			if recs != nil {
+				return batchOf(recs), false, nil
+			}
+		case <-ctx.Done():
+			return connect.Batch{}, false, ctx.Err()
+		}
+	}
+}
+
+func batchOf(recs []connect.Record) connect.Batch {
+	b := connect.Batch{Records: recs}
+	if n := len(recs); n > 0 {
+		b.Position = recs[n-1].Position
+	}
+	return b
+}
+
+// fetch reads every remaining chunk and hands the row sets to the converters in turn.
+func (sn *snapshotter) fetch(ctx context.Context) {
+	for sn.ti < len(sn.tables) {
+		sets, err := sn.chunk(ctx)
+		if err != nil {
+			sets = append(sets, &rowSet{err: err})
+		}
+		for _, rs := range sets {
+			select {
+			case sn.ins[sn.turn] <- rs:
+			case <-ctx.Done():
+				return
+			}
+			sn.turn = (sn.turn + 1) % len(sn.ins)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// newSet starts a row set of the current table at the current row. Its cells come from a set
+// the converters are done with, if any (records never point into cells, only into data).
+func (sn *snapshotter) newSet(t *table, mode int, trunc bool, rows int) *rowSet {
+	var cells []cell
+	select {
+	case cells = <-sn.spare:
+	default:
+	}
+	if need := rows * len(t.cols); cap(cells) < need {
+		cells = make([]cell, 0, need)
+	}
+	return &rowSet{
+		t: t, mode: mode, ti: sn.ti, rows0: sn.rows, run: sn.run, trunc: trunc, src: sn.srcBox,
+		cells: cells[:0],
+		data:  make([]byte, 0, max(sn.dataHint, 4096)),
+	}
+}
+
+// chunk reads the next chunk of the current table into row sets.
+func (sn *snapshotter) chunk(ctx context.Context) ([]*rowSet, error) {
+	s := sn.s
+	t := sn.tables[sn.ti]
+	id := sn.plan.Tables[sn.ti]
+	if t == nil {
+		sn.nextTable()
+		return nil, nil
+	}
+	mode := keyMode(t)
+	limit := s.cfg.fetchSize
+	maxBatch := s.cfg.maxBatch
+	first := len(sn.after) == 0 && (mode != keyless || sn.rows == 0)
+	var args []any
+	switch {
+	case mode == keyless:
+		args = []any{limit, sn.rows}
+	case first:
+		args = []any{limit}
+	default:
+		for i := range t.order {
+			for j := 0; j <= i; j++ {
+				args = append(args, sn.after[j])
+			}
+		}
+		args = append(args, limit)
+	}
+	text := textKeys(t, mode) && intArgs(args)
+	if !text {
+		kind := 1
+		if first {
+			kind = 0
+		}
+		if sn.stmt == nil || sn.stmtKind != kind {
+			if sn.stmt != nil {
+				sn.stmt.Close()
+			}
+			q := chunkQuery(t, mode, first, nil)
+			st, err := sn.conn.Prepare(q)
+			if err != nil {
+				return nil, fmt.Errorf("snapshot %s: prepare %q: %w", id, q, err)
+			}
+			sn.stmt, sn.stmtKind = st, kind
+		}
+	}
+	if sn.srcFor != t {
+		sn.srcFor = t
+		sn.srcBox = s.sourceBlock(sn.started.UnixMilli(), "true", t.db, t.name, 0, nil, sn.vfile, sn.vpos, 0, nil)
+	}
+	// a re-snapshot (the binlog was lost): rows deleted meanwhile have no delete event, so the
+	// table starts over with a truncate event
+	trunc := first && sn.epoch > 0
+	room := func(rs *rowSet) int {
+		if rs.trunc {
+			return maxBatch - 1
+		}
+		return maxBatch
+	}
+	var sets []*rowSet
+	cur := sn.newSet(t, mode, trunc, min(limit, maxBatch))
+	got := 0
+	perRow := func(row []gomysql.FieldValue) error {
+		if cur.n >= room(cur) {
+			sets = append(sets, cur)
+			sn.dataHint = len(cur.data)
+			cur = sn.newSet(t, mode, false, min(limit-got, maxBatch))
+		}
+		cur.add(row)
+		got++
+		sn.rows++
+		return nil
+	}
+
+	stop := context.AfterFunc(ctx, func() { sn.conn.Close() })
+	defer stop()
+	var res gomysql.Result
+	var err error
+	if text {
+		err = sn.conn.ExecuteSelectStreaming(chunkQuery(t, mode, first, args), &res, perRow, nil)
+	} else {
+		err = sn.stmt.ExecuteSelectStreaming(&res, perRow, nil, args...)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("snapshot %s: read chunk: %w", id, err)
+	}
+	if cur.n > 0 || cur.trunc {
+		sets = append(sets, cur)
+	}
+	if mode != keyless && got > 0 {
+		last := sets[len(sets)-1]
+		row := last.row(last.n - 1)
+		sn.after = sn.after[:0]
+		for _, i := range t.order {
+			sn.after = append(sn.after, row[i].arg())
+		}
+	}
+	s.stats.events.Add(int64(got))
+	sn.progress[id] = [2]int64{sn.rows, sn.plan.Totals[sn.ti]}
+	if got < limit {
+		sn.nextTable()
+	}
+	p := make(map[string][2]int64, len(sn.progress))
+	for k, v := range sn.progress {
+		p[k] = v
+	}
+	s.stats.progress.Store(&p)
+	return sets, nil
+}
+
+// converter turns row sets into batches; each has its own slabs.
+type converter struct {
+	sn      *snapshotter
+	fields  fieldArena
+	bx      boxer
+	arena   posArena
+	keyJSON []byte
+}
+
+func (cv *converter) run(ctx context.Context, in <-chan *rowSet, out chan<- snapItem) {
+	for rs := range in {
+		var it snapItem
+		if rs.err != nil {
+			it.err = rs.err
+		} else {
+			it.recs, it.err = cv.convert(rs)
+			clear(rs.cells) // no string data kept alive by a spare
+			select {
+			case cv.sn.spare <- rs.cells[:0]:
+			default:
+			}
+		}
+		select {
+		case out <- it:
+		case <-ctx.Done():
+			return
+		}
+		if it.err != nil {
+			return
+		}
+	}
+}
+
+// convert makes the batch of a row set.
+func (cv *converter) convert(rs *rowSet) ([]connect.Record, error) {
+	sn := cv.sn
+	s := sn.s
+	opts := &s.opts
+	t := rs.t
+	id := sn.plan.Tables[rs.ti]
+	cv.fields.reset()
+	cv.bx.reset()
+	nowMs := cv.bx.int(s.now().UnixMilli())
+	ver := version(sn.vseq, sn.vpos)
+	n := rs.n
+	if rs.trunc {
+		n++
+	}
+	recs := make([]connect.Record, 0, n)
+	if rs.trunc {
+		recs = append(recs, cv.truncateRecord(rs))
+	}
+	nk := len(t.key)
+	for r := 0; r < rs.n; r++ {
+		row := rs.row(r)
+		blk := cv.fields.newBlock(0, t.nOut, nk)
+		for i := range t.cols {
+			c := &t.cols[i]
+			if c.excluded {
+				continue
+			}
+			v, err := c.snapshotValue(&row[i], opts, &cv.bx)
+			if err != nil {
+				return nil, fmt.Errorf("snapshot %s: %w", id, err)
+			}
+			if c.mask != nil {
+				v = c.mask(v)
+			}
+			blk.after[c.out] = connect.Field{Name: c.name, Value: v}
+		}
+		var key any
+		if nk > 0 {
+			for j, i := range t.key {
+				c := &t.cols[i]
+				if !c.excluded && c.mask == nil {
+					blk.key[j] = blk.after[c.out]
+					continue
+				}
+				v, err := c.snapshotValue(&row[i], opts, &cv.bx)
+				if err != nil {
+					return nil, fmt.Errorf("snapshot %s: key: %w", id, err)
+				}
+				blk.key[j] = connect.Field{Name: c.name, Value: v}
+			}
+			key = cv.bx.row(blk.key)
+		}
+		recs = append(recs, connect.Record{
+			Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started,
+			Key: key, Value: blk.envelope(&cv.bx, nil, blk.after, rs.src, connect.OpRead, nowMs),
+			Version: ver, Position: cv.position(rs, row, rs.rows0+int64(r)+1),
+		})
+	}
+	return recs, nil
+}
+
+// position is the position right after a row, the rows-th of its table.
+func (cv *converter) position(rs *rowSet, row []cell, rows int64) connect.Position {
+	sn, t := cv.sn, rs.t
+	cv.keyJSON = cv.keyJSON[:0]
+	if rs.mode != keyless {
+		for j, i := range t.order {
+			if j > 0 {
+				cv.keyJSON = append(cv.keyJSON, ',')
+			}
+			cv.keyJSON = append(cv.keyJSON, '"')
+			cv.keyJSON = appendKeyArg(cv.keyJSON, &row[i])
+			cv.keyJSON = append(cv.keyJSON, '"')
+		}
+	}
+	a := &cv.arena
+	a.reserve(96 + len(cv.keyJSON) + 24*len(t.order))
+	start := len(a.buf)
+	a.buf = binary.BigEndian.AppendUint32(a.buf, sn.epoch)
+	a.buf = append(a.buf, phaseSnapshot)
+	a.buf = binary.BigEndian.AppendUint32(a.buf, uint32(rs.ti))
+	if rs.mode == keyEncodable {
+		a.buf = append(a.buf, 0x01)
+		for _, i := range t.order {
+			a.buf = appendKeyValue(a.buf, t.cols[i].kind, &row[i])
+		}
+	} else {
+		a.buf = append(a.buf, 0x02)
+		a.buf = binary.BigEndian.AppendUint32(a.buf, rs.run)
+		a.buf = binary.BigEndian.AppendUint64(a.buf, uint64(rows))
+	}
+	order := a.cut(start)
+	start = len(a.buf)
+	a.buf = appendSnapState(a.buf, sn.epoch, rs.ti, cv.keyJSON, rows, rs.run)
+	return connect.Position{Order: order, State: a.cut(start)}
+}
+
+// truncateRecord is the op "t" event that starts a table of a re-snapshot. Its Order sorts
+// before the table's rows (0x00 after the table index).
+func (cv *converter) truncateRecord(rs *rowSet) connect.Record {
+	sn, t := cv.sn, rs.t
+	s := sn.s
+	var order []byte
+	order = binary.BigEndian.AppendUint32(order, sn.epoch)
+	order = append(order, phaseSnapshot)
+	order = binary.BigEndian.AppendUint32(order, uint32(rs.ti))
+	order = append(order, 0x00)
+	src := s.sourceBlock(sn.started.UnixMilli(), "true", t.db, t.name, 0, nil, sn.vfile, sn.vpos, 0, nil)
+	ev := connect.ChangeEvent{Source: src, Op: connect.OpTruncate, TsMs: s.now().UnixMilli()}
+	return connect.Record{Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started, Value: ev.Row(),
+		Version: version(sn.vseq, sn.vpos), Position: connect.Position{Order: order, State: appendSnapState(nil, sn.epoch, rs.ti, nil, rs.rows0, rs.run)}}
+}
