@@ -182,3 +182,21 @@ func PeekBatch(b []byte) (BatchPlace, bool) {
 	}
 	return BatchPlace{BaseOffset: h.baseOffset, NextOffset: h.next, Term: h.term, Index: h.index, Control: h.control, Size: h.size}, true
 }
+
+// PlaceBatch returns a copy of the encoded batch b with its base offset
+// set to baseOffset and its checksum recomputed (the record offsets are
+// relative, so nothing else changes). b is verified first, so that the
+// new checksum does not bless damaged bytes; b is not modified.
+func PlaceBatch(b []byte, baseOffset int64) ([]byte, error) {
+	h, err := parseBatch(b, false)
+	if err != nil {
+		return nil, err
+	}
+	if h.size() != len(b) {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errBadLength, len(b)-h.size())
+	}
+	out := append([]byte(nil), b...)
+	binary.BigEndian.PutUint64(out[offBaseOffset:], uint64(baseOffset))
+	binary.BigEndian.PutUint32(out[offCRC:], batchCRC(out, h.recordsAt))
+	return out, nil
+}

@@ -28,7 +28,8 @@ func (k groupKey) String() string { return fmt.Sprintf("%s-%d", k.topic, k.part)
 
 // sender takes a group's outgoing messages. It must not block: what it
 // cannot queue it drops, returning the nodes it could not reach so that
-// the group reports them to Raft.
+// the group reports them to Raft. It is called from the group's loop and
+// from its appender and applier.
 type sender interface {
 	send(key groupKey, msgs []*pb.Message) (unreachable []uint64)
 }
@@ -40,8 +41,10 @@ type proposal struct {
 	at    time.Time // log append time
 	res   chan proposalResult
 
-	term, index uint64 // set once proposed
+	// Set once proposed (term, index) and once written (base, placed).
+	term, index uint64
 	base        int64
+	placed      bool
 	// confirmed is set once a quorum confirmed this node's leadership
 	// after the batch was refused: the refusal then stands.
 	confirmed bool
@@ -78,10 +81,22 @@ type confirmWait struct {
 	read  bool
 }
 
-// group is one partition's Raft group on this node: a RawNode over the
-// partition's log, driven by one goroutine (run) or, in tests, by direct
-// calls of tick, step, propose and processReady. All fields but the ones
-// under mu belong to that goroutine.
+// localItem is what the appender and applier hand back to the loop.
+type localItem struct {
+	m           *pb.Message // a response to this node, to step
+	unreachable uint64      // a node a response could not be sent to
+	persisted   uint64      // entries up to this index are written
+	truncated   uint64      // entries after this index were removed (0: none)
+	applied     bool        // committed entries were applied
+}
+
+// group is one partition's Raft group on this node, using Raft's
+// asynchronous storage writes: the loop goroutine owns the RawNode and
+// never waits for the disk; the appender persists entries, HardState and
+// snapshots in order (several Readies per fsync) and only then delivers
+// the responses that depend on them (Raft attaches them to its storage
+// messages); the applier applies committed entries in order. In tests
+// (inline) the three run on the caller's goroutine inside processReady.
 type group struct {
 	key    groupKey
 	self   uint64
@@ -93,36 +108,59 @@ type group struct {
 	out    sender
 	logger *slog.Logger
 	now    func() time.Time
+	inline bool
 	// apply, for internal topics, applies committed records to the node's
-	// state (topics, producer ids, consumer offsets) in log order.
-	apply func(recs []wal.Record) error
+	// state (topics, producer ids, consumer offsets) in log order; replay
+	// rebuilds that state from the whole log after a snapshot install.
+	apply  func(recs []wal.Record) error
+	replay func() error
 	// fence says whether a producer epoch is fenced cluster-wide.
 	fence func(id int64, epoch int16) error
 
-	inbox chan *pb.Message
-	props chan *proposal
-	tickc chan struct{}
-	ctl   chan func()
+	inbox  chan *pb.Message
+	props  chan *proposal
+	tickc  chan struct{}
+	ctl    chan func()
+	localc chan struct{} // signalled when local holds items
 
-	deferred       []*proposal
-	taken          []*proposal // taken from props, proposed by drain
-	throttled      bool
-	pending        map[uint64]*proposal
-	dups           []*dupWait
-	confirms       []*confirmWait
-	nextReadID     uint64
-	state          etcdraft.StateType
-	lead, term     uint64
-	readyTerm      uint64
-	hs             *pb.HardState // latest, saved or not
+	// The queues between the loop, the appender and the applier.
+	qmu     sync.Mutex
+	local   []localItem
+	appendQ []*pb.Message
+	applyQ  []*pb.Message
+	appendc chan struct{}
+	applyc  chan struct{}
+
+	// Owned by the loop.
+	deferred   []*proposal
+	taken      []*proposal
+	throttled  bool
+	dups       []*dupWait
+	confirms   []*confirmWait
+	nextReadID uint64
+	inflight   map[int64]uint64 // producer → index of its newest batch not yet written
+	tailIdx    uint64           // index of the last entry in Raft's log, written or not
+	state      etcdraft.StateType
+	lead, term uint64
+	snapQueued bool
+
+	// Owned by the appender.
+	latestHS       *pb.HardState
 	lastCheckpoint time.Time
-	staged         *stagedSnapshot // follower: segments fetched for a MsgSnap being stepped
+
+	// pmu guards pending (loop, appender, applier).
+	pmu     sync.Mutex
+	pending map[uint64]*proposal
 
 	mu           sync.Mutex
 	snapActivity map[uint64]time.Time // leader: follower → last snapshot chunk asked
+	staged       *stagedSnapshot      // follower: segments fetched for a MsgSnap being stepped
+	leaderTerm   uint64               // the term this node leads in (0: not leading)
+	readyTerm    uint64               // leaderTerm once an entry of it is applied
 	status       PartitionStatus
 	changed      chan struct{} // closed and replaced when role, leader or readiness change
 	failed       error
+	cancel       context.CancelFunc
 	done         chan struct{} // closed when run returns
 }
 
@@ -130,13 +168,17 @@ func newGroup(key groupKey, self uint64, voters []uint64, cfg *Config, rl *wal.R
 	st := newStorage(rl, voters, self, cfg.EntryCacheBytes)
 	g := &group{
 		key: key, self: self, voters: voters, cfg: cfg, rl: rl, st: st, out: out,
-		logger: logger.With("topic", key.topic, "partition", key.part),
-		now:    time.Now,
-		inbox:  make(chan *pb.Message, 4096),
-		props:  make(chan *proposal, 1024),
-		tickc:  make(chan struct{}, 1),
-		ctl:    make(chan func(), 64),
+		logger:  logger.With("topic", key.topic, "partition", key.part),
+		now:     time.Now,
+		inbox:   make(chan *pb.Message, 4096),
+		props:   make(chan *proposal, 1024),
+		tickc:   make(chan struct{}, 1),
+		ctl:     make(chan func(), 64),
+		localc:  make(chan struct{}, 1),
+		appendc: make(chan struct{}, 1),
+		applyc:  make(chan struct{}, 1),
 
+		inflight:     map[int64]uint64{},
 		pending:      map[uint64]*proposal{},
 		snapActivity: map[uint64]time.Time{},
 		changed:      make(chan struct{}),
@@ -150,6 +192,7 @@ func newGroup(key groupKey, self uint64, voters []uint64, cfg *Config, rl *wal.R
 		HeartbeatTick:             cfg.HeartbeatTicks,
 		Storage:                   st,
 		Applied:                   max(hs.GetCommit(), start),
+		AsyncStorageWrites:        true,
 		MaxSizePerMsg:             cfg.MaxMessageBytes,
 		MaxCommittedSizePerReady:  4 * cfg.MaxMessageBytes,
 		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
@@ -164,28 +207,59 @@ func newGroup(key groupKey, self uint64, voters []uint64, cfg *Config, rl *wal.R
 		return nil, fmt.Errorf("start raft group %s: %w", key, err)
 	}
 	g.rn = rn
-	g.hs = hs
+	g.latestHS = hs
 	g.term = hs.GetTerm()
+	g.tailIdx, _, _ = rl.Last()
 	g.lastCheckpoint = g.now()
 	g.status = PartitionStatus{Topic: key.topic, Partition: key.part, Role: "follower", Term: g.term}
 	return g, nil
 }
 
-// run drives the group until ctx ends or the group fails.
-func (g *group) run(ctx context.Context) (err error) {
-	defer close(g.done)
+// run drives the group until ctx ends or the group fails: the loop on
+// this goroutine, the appender and the applier on two more. It returns
+// once all three exited.
+func (g *group) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	g.mu.Lock()
+	g.cancel = cancel
+	g.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		g.guard(func() { g.appendLoop(ctx) })
+	}()
+	go func() {
+		defer wg.Done()
+		g.guard(func() { g.applyLoop(ctx) })
+	}()
+	g.guard(func() { g.loop(ctx) })
+	cancel()
+	wg.Wait()
+	g.shutdown()
+	close(g.done)
+	return g.failedErr()
+}
+
+// guard turns a panic (a broken invariant, in this package or in Raft)
+// into a failure of this group alone.
+func (g *group) guard(f func()) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = g.fail(fmt.Errorf("panic in raft group: %v\n%s", r, debug.Stack()))
+			g.fail(fmt.Errorf("panic in raft group: %v\n%s", r, debug.Stack()))
 		}
 	}()
+	f()
+}
+
+func (g *group) loop(ctx context.Context) {
 	if len(g.voters) == 1 {
 		// Alone: no need to wait for an election timeout.
 		_ = g.rn.Campaign()
 	}
 	for {
 		if err := g.processReady(); err != nil {
-			return err
+			return
 		}
 		if g.proposeDeferred() {
 			continue
@@ -196,26 +270,26 @@ func (g *group) run(ctx context.Context) (err error) {
 		}
 		select {
 		case <-ctx.Done():
-			g.shutdown()
-			return nil
+			return
 		case <-g.tickc:
 			g.tick()
 		case m := <-g.inbox:
 			g.step(m)
 		case p := <-props:
-			g.take(p)
+			g.taken = append(g.taken, p)
 		case f := <-g.ctl:
 			f()
+		case <-g.localc:
 		}
 		g.drain(props)
 	}
 }
 
-// drain handles, without waiting, what else arrived: messages first (an
-// acknowledgement commits entries and answers their appends in the Ready
-// about to be handled), then control functions, then new appends, all
-// proposed together.
+// drain handles, without waiting, what else arrived: what the appender
+// and applier report first, then messages, control functions and new
+// appends, all proposed together.
 func (g *group) drain(props chan *proposal) {
+	g.stepLocal()
 	for n := len(g.inbox); n > 0; n-- {
 		g.step(<-g.inbox)
 	}
@@ -234,12 +308,9 @@ func (g *group) drain(props chan *proposal) {
 	}
 }
 
-// take queues an append for the next proposal round.
-func (g *group) take(p *proposal) { g.taken = append(g.taken, p) }
-
-// proposeDeferred proposes the batches put aside (a second batch of a
-// producer, a confirmed refusal, a full uncommitted budget) and reports
-// whether there were any.
+// proposeDeferred proposes the batches put aside (a producer's batch
+// behind one not yet written, a confirmed refusal, a full uncommitted
+// budget) and reports whether there were any.
 func (g *group) proposeDeferred() bool {
 	if len(g.deferred) == 0 || g.throttled {
 		return false
@@ -247,17 +318,22 @@ func (g *group) proposeDeferred() bool {
 	d := g.deferred
 	g.deferred = nil
 	g.propose(d)
-	return true
+	return len(g.deferred) < len(d)
 }
 
-// shutdown persists the commit index and answers what is waiting.
+// shutdown saves the commit index and answers what is waiting. Called
+// once the three goroutines exited.
 func (g *group) shutdown() {
-	if g.hs != nil {
-		if err := g.st.saveHardState(g.hs); err != nil && !errors.Is(err, wal.ErrClosed) {
+	if g.failedErr() == nil && g.latestHS != nil {
+		if err := g.st.saveHardState(g.latestHS); err != nil && !errors.Is(err, wal.ErrClosed) {
 			g.logger.Warn("save replica state on shutdown failed", "err", err)
 		}
 	}
-	g.failWaiting(fmt.Errorf("%s: %w: node shutting down", g.key, ErrOutcomeUnknown))
+	err := g.failedErr()
+	if err == nil {
+		err = fmt.Errorf("%s: node shutting down", g.key)
+	}
+	g.failWaiting(err)
 }
 
 func (g *group) tick() {
@@ -305,94 +381,85 @@ func (g *group) step(m *pb.Message) {
 	}
 }
 
-// isResponse reports whether a message acknowledges this Ready's
-// persisted state (entries, vote): it may leave only after that state is
-// durable. Every other message may leave before this Ready's entries are
-// written (the leader writes in parallel with its followers); a new term
-// or vote is always saved first.
-func isResponse(m *pb.Message) bool {
-	switch m.GetType() {
-	case pb.MsgAppResp, pb.MsgVoteResp, pb.MsgPreVoteResp:
-		return true
+// pushLocal hands an item to the loop.
+func (g *group) pushLocal(it localItem) {
+	g.qmu.Lock()
+	g.local = append(g.local, it)
+	g.qmu.Unlock()
+	select {
+	case g.localc <- struct{}{}:
+	default:
 	}
-	return false
 }
 
-// processReady handles Ready structs until the node has none.
-func (g *group) processReady() error {
-	if g.failedErr() != nil {
-		return g.failedErr()
-	}
-	for g.rn.HasReady() {
-		if err := g.handleReady(); err != nil {
-			return g.fail(err)
+// stepLocal handles what the appender and applier handed back.
+func (g *group) stepLocal() {
+	g.qmu.Lock()
+	items := g.local
+	g.local = nil
+	g.qmu.Unlock()
+	for _, it := range items {
+		switch {
+		case it.m != nil:
+			g.step(it.m)
+		case it.unreachable != 0:
+			g.rn.ReportUnreachable(it.unreachable)
+		case it.applied:
+			g.throttled = false
+			g.resolveDups()
+			g.resolveConfirms()
+		default:
+			for id, idx := range g.inflight {
+				if idx <= it.persisted || it.truncated != 0 && idx > it.truncated {
+					delete(g.inflight, id)
+				}
+			}
 		}
 	}
-	return nil
 }
 
-// handleReady follows Raft's rules: install a snapshot, save a changed
-// term or vote (fsynced) before any message, send the messages that do
-// not depend on this Ready's entries, persist the entries (fsynced), send
-// the rest, apply the committed entries, advance.
-func (g *group) handleReady() error {
-	rd := g.rn.Ready()
+// processReady handles Ready structs until the node has none: Raft's
+// messages to other nodes leave at once (those that depend on durable
+// state are attached to the storage messages as responses), the storage
+// messages go to the appender and the applier.
+func (g *group) processReady() error {
+	for {
+		if err := g.failedErr(); err != nil {
+			return err
+		}
+		g.stepLocal()
+		if !g.rn.HasReady() {
+			if g.inline && g.hasLocal() {
+				continue
+			}
+			return nil
+		}
+		g.onReady(g.rn.Ready())
+		if g.inline {
+			g.runInline()
+		}
+	}
+}
+
+func (g *group) hasLocal() bool {
+	g.qmu.Lock()
+	defer g.qmu.Unlock()
+	return len(g.local) > 0
+}
+
+func (g *group) onReady(rd etcdraft.Ready) {
+	if hs := rd.HardState; hs != nil {
+		g.term = hs.GetTerm()
+	}
 	if rd.SoftState != nil {
 		g.softState(rd.SoftState)
 	}
+	if n := len(rd.Entries); n > 0 {
+		g.tailIdx = rd.Entries[n-1].GetIndex()
+	}
 	if !etcdraft.IsEmptySnap(rd.Snapshot) {
-		if err := g.installSnapshot(rd.Snapshot); err != nil {
-			return err
-		}
-	}
-	if hs := rd.HardState; hs != nil {
-		if hs.GetTerm() != g.st.hs.GetTerm() || hs.GetVote() != g.st.hs.GetVote() || !etcdraft.IsEmptySnap(rd.Snapshot) {
-			if err := g.st.saveHardState(hs); err != nil {
-				return err
-			}
-			g.lastCheckpoint = g.now()
-		}
-		g.hs = hs
-		g.term = hs.GetTerm()
-	}
-	var after []*pb.Message
-	var early []*pb.Message
-	for _, m := range rd.Messages {
-		if isResponse(m) {
-			after = append(after, m)
-		} else {
-			early = append(early, m)
-		}
-	}
-	g.send(early)
-	// Committed entries this node already holds are applied (and their
-	// appends answered) before the new entries are written, so that the
-	// answers do not wait for that fsync; the rest after.
-	committed := rd.CommittedEntries
-	if stable, _, _ := g.rl.Last(); len(committed) > 0 && len(rd.Entries) > 0 {
-		n := 0
-		for n < len(committed) && committed[n].GetIndex() <= stable && committed[n].GetIndex() < rd.Entries[0].GetIndex() {
-			n++
-		}
-		if n > 0 {
-			if err := g.applyCommitted(committed[:n]); err != nil {
-				return err
-			}
-			committed = committed[n:]
-		}
-	}
-	trunc, err := g.st.append(context.Background(), rd.Entries)
-	if trunc != 0 {
-		g.entriesRemovedAfter(trunc)
-	}
-	if err != nil {
-		return err
-	}
-	g.send(after)
-	if len(committed) > 0 {
-		if err := g.applyCommitted(committed); err != nil {
-			return err
-		}
+		g.snapQueued = true
+		g.tailIdx = max(g.tailIdx, rd.Snapshot.GetMetadata().GetIndex())
 	}
 	for _, rs := range rd.ReadStates {
 		if len(rs.RequestCtx) != 8 {
@@ -405,16 +472,69 @@ func (g *group) handleReady() error {
 			}
 		}
 	}
-	g.resolveConfirms()
-	if g.hs != nil && g.hs.GetCommit() > g.st.hs.GetCommit() && g.now().Sub(g.lastCheckpoint) >= g.cfg.CommitCheckpoint {
-		if err := g.st.saveHardState(g.hs); err != nil {
-			return err
+	var net, applyNow []*pb.Message
+	var appends, applies bool
+	g.qmu.Lock()
+	for _, m := range rd.Messages {
+		switch m.GetTo() {
+		case etcdraft.LocalAppendThread:
+			g.appendQ = append(g.appendQ, m)
+			appends = true
+		case etcdraft.LocalApplyThread:
+			if g.apply == nil && !g.inline && len(g.applyQ) == 0 {
+				// A data partition's apply only moves the committed end and
+				// answers appends: done here, without a goroutine switch.
+				applyNow = append(applyNow, m)
+				continue
+			}
+			g.applyQ = append(g.applyQ, m)
+			applies = true
+		default:
+			net = append(net, m)
 		}
-		g.lastCheckpoint = g.now()
 	}
-	g.rn.Advance(rd)
+	g.qmu.Unlock()
+	if len(applyNow) > 0 {
+		if err := g.applyMsgs(applyNow); err != nil {
+			g.fail(err)
+			return
+		}
+	}
+	if appends {
+		wake(g.appendc)
+	}
+	if applies {
+		wake(g.applyc)
+	}
+	g.send(net)
+	g.resolveConfirms()
 	g.updateStatus()
-	return nil
+}
+
+func wake(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// runInline does the appender's and applier's work on this goroutine.
+func (g *group) runInline() {
+	g.qmu.Lock()
+	appends, applies := g.appendQ, g.applyQ
+	g.appendQ, g.applyQ = nil, nil
+	g.qmu.Unlock()
+	if len(appends) > 0 {
+		if err := g.persist(appends); err != nil {
+			g.fail(err)
+			return
+		}
+	}
+	if len(applies) > 0 {
+		if err := g.applyMsgs(applies); err != nil {
+			g.fail(err)
+		}
+	}
 }
 
 func (g *group) send(msgs []*pb.Message) {
@@ -433,25 +553,171 @@ func (g *group) send(msgs []*pb.Message) {
 	}
 }
 
+// deliver sends a storage message's response: to this node through the
+// loop, to another node over the network.
+func (g *group) deliver(resps []*pb.Message) {
+	var net []*pb.Message
+	for _, r := range resps {
+		if r.GetTo() == g.self {
+			g.pushLocal(localItem{m: r})
+		} else {
+			net = append(net, r)
+		}
+	}
+	if len(net) > 0 {
+		for _, to := range g.out.send(g.key, net) {
+			g.pushLocal(localItem{unreachable: to})
+		}
+	}
+}
+
 func (g *group) softState(ss *etcdraft.SoftState) {
 	was := g.state
 	g.state, g.lead = ss.RaftState, ss.Lead
+	g.mu.Lock()
+	if ss.RaftState == etcdraft.StateLeader {
+		g.leaderTerm = g.term
+	} else {
+		g.leaderTerm, g.readyTerm = 0, 0
+	}
+	if was == etcdraft.StateLeader && ss.RaftState != etcdraft.StateLeader {
+		clear(g.snapActivity)
+	}
+	g.mu.Unlock()
 	if was == etcdraft.StateLeader && ss.RaftState != etcdraft.StateLeader {
 		g.logger.Info("lost leadership", "term", g.term, "leader", ss.Lead)
-		g.readyTerm = 0
 		g.failDups(fmt.Errorf("%s: %w: leadership lost", g.key, ErrOutcomeUnknown))
 		for _, c := range g.confirms {
 			c.p.reply(proposalResult{err: &NotLeaderError{Topic: g.key.topic, Partition: g.key.part, Leader: ss.Lead}})
 		}
 		g.confirms = nil
-		g.mu.Lock()
-		clear(g.snapActivity)
-		g.mu.Unlock()
+		for _, p := range g.deferred {
+			p.reply(proposalResult{err: &NotLeaderError{Topic: g.key.topic, Partition: g.key.part, Leader: ss.Lead}})
+		}
+		g.deferred = nil
+		g.throttled = false
 	}
 	if ss.RaftState == etcdraft.StateLeader && was != etcdraft.StateLeader {
-		g.logger.Info("became leader", "term", g.rn.BasicStatus().GetTerm())
+		g.logger.Info("became leader", "term", g.term)
 	}
 	g.notify()
+}
+
+// appendLoop is the appender: it persists what the loop queued, in order.
+func (g *group) appendLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.appendc:
+		}
+		g.qmu.Lock()
+		msgs := g.appendQ
+		g.appendQ = nil
+		g.qmu.Unlock()
+		if len(msgs) == 0 {
+			continue
+		}
+		if err := g.persist(msgs); err != nil {
+			g.fail(err)
+			return
+		}
+	}
+}
+
+// persist does what a run of MsgStorageAppend messages ask, in order: a
+// snapshot install, entries (contiguous ones of several messages with one
+// fsync), a changed term or vote (fsynced), then delivers their
+// responses, which the durable state now backs.
+func (g *group) persist(msgs []*pb.Message) error {
+	var ents []*pb.Entry
+	var persisted, truncated uint64
+	flush := func() error {
+		if len(ents) == 0 {
+			return nil
+		}
+		trunc, err := g.st.append(context.Background(), ents)
+		if trunc != 0 {
+			g.entriesRemovedAfter(trunc)
+			if truncated == 0 || trunc < truncated {
+				truncated = trunc
+			}
+		}
+		if err != nil {
+			return err
+		}
+		g.notePlaced(ents)
+		persisted = ents[len(ents)-1].GetIndex()
+		ents = nil
+		return nil
+	}
+	var hs *pb.HardState
+	for _, m := range msgs {
+		if s := m.GetSnapshot(); !etcdraft.IsEmptySnap(s) {
+			if err := flush(); err != nil {
+				return err
+			}
+			if err := g.installSnapshot(s); err != nil {
+				return err
+			}
+			persisted = s.GetMetadata().GetIndex()
+		}
+		if len(m.Entries) > 0 {
+			if n := len(ents); n > 0 && m.Entries[0].GetIndex() != ents[n-1].GetIndex()+1 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			ents = append(ents, m.Entries...)
+		}
+		if m.Term != nil {
+			hs = &pb.HardState{Term: new(m.GetTerm()), Vote: new(m.GetVote()), Commit: new(m.GetCommit())}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if hs != nil {
+		g.latestHS = hs
+		saved := g.st.hs
+		if hs.GetTerm() != saved.GetTerm() || hs.GetVote() != saved.GetVote() ||
+			hs.GetCommit() > saved.GetCommit() && g.now().Sub(g.lastCheckpoint) >= g.cfg.CommitCheckpoint {
+			if err := g.st.saveHardState(hs); err != nil {
+				return err
+			}
+			g.lastCheckpoint = g.now()
+		}
+	}
+	if persisted != 0 || truncated != 0 {
+		g.pushLocal(localItem{persisted: persisted, truncated: truncated})
+	}
+	for _, m := range msgs {
+		g.deliver(m.GetResponses())
+	}
+	return nil
+}
+
+// notePlaced records where the pending appends among ents were written.
+func (g *group) notePlaced(ents []*pb.Entry) {
+	g.pmu.Lock()
+	defer g.pmu.Unlock()
+	if len(g.pending) == 0 {
+		return
+	}
+	for _, e := range ents {
+		if p := g.pending[e.GetIndex()]; p != nil && p.term == e.GetTerm() {
+			if place, ok := wal.PeekBatch(g.st.placed(e)); ok {
+				p.base, p.placed = place.BaseOffset, true
+			}
+		}
+	}
+}
+
+// setStaged hands the appender the segments fetched for a MsgSnap.
+func (g *group) setStaged(st *stagedSnapshot) {
+	g.mu.Lock()
+	g.staged = st
+	g.mu.Unlock()
 }
 
 // installSnapshot replaces the log by the snapshot's segments, fetched
@@ -464,8 +730,10 @@ func (g *group) installSnapshot(s *pb.Snapshot) error {
 	if sd.Snap.Index != s.GetMetadata().GetIndex() || sd.Snap.Term != s.GetMetadata().GetTerm() {
 		return fmt.Errorf("install snapshot: descriptor names %d/%d, raft %d/%d", sd.Snap.Index, sd.Snap.Term, s.GetMetadata().GetIndex(), s.GetMetadata().GetTerm())
 	}
+	g.mu.Lock()
 	staged := g.staged
 	g.staged = nil
+	g.mu.Unlock()
 	if staged == nil || staged.index != sd.Snap.Index || staged.term != sd.Snap.Term {
 		return fmt.Errorf("install snapshot %d/%d: its segments were not fetched", sd.Snap.Index, sd.Snap.Term)
 	}
@@ -476,9 +744,20 @@ func (g *group) installSnapshot(s *pb.Snapshot) error {
 	g.entriesRemovedAfter(sd.Snap.Index)
 	// The snapshot covers the other proposals of this node: whether their
 	// entries or a newer leader's are in it is not known here.
+	g.pmu.Lock()
 	for i, p := range g.pending {
 		delete(g.pending, i)
 		p.reply(proposalResult{err: fmt.Errorf("%s: %w: replaced by a snapshot", g.key, ErrOutcomeUnknown)})
+	}
+	g.pmu.Unlock()
+	if g.replay != nil {
+		// The internal state misses the records the snapshot brought:
+		// rebuild it from the whole log, in order, after what the applier
+		// has queued.
+		g.qmu.Lock()
+		g.applyQ = append(g.applyQ, &pb.Message{Type: pb.MsgStorageApply.Enum(), Context: []byte("replay")})
+		g.qmu.Unlock()
+		wake(g.applyc)
 	}
 	return nil
 }
@@ -486,12 +765,55 @@ func (g *group) installSnapshot(s *pb.Snapshot) error {
 // entriesRemovedAfter answers the proposals whose entries a newer leader
 // replaced: they are not in the log.
 func (g *group) entriesRemovedAfter(idx uint64) {
+	g.pmu.Lock()
+	defer g.pmu.Unlock()
 	for i, p := range g.pending {
 		if i > idx {
 			delete(g.pending, i)
 			p.reply(proposalResult{err: fmt.Errorf("%s: %w (index %d)", g.key, ErrLost, i)})
 		}
 	}
+}
+
+// applyLoop is the applier: it applies what the loop queued, in order.
+func (g *group) applyLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.applyc:
+		}
+		g.qmu.Lock()
+		msgs := g.applyQ
+		g.applyQ = nil
+		g.qmu.Unlock()
+		if len(msgs) == 0 {
+			continue
+		}
+		if err := g.applyMsgs(msgs); err != nil {
+			g.fail(err)
+			return
+		}
+	}
+}
+
+func (g *group) applyMsgs(msgs []*pb.Message) error {
+	for _, m := range msgs {
+		if string(m.GetContext()) == "replay" {
+			if err := g.replay(); err != nil {
+				return fmt.Errorf("rebuild state after a snapshot: %w", err)
+			}
+			continue
+		}
+		if len(m.Entries) > 0 {
+			if err := g.applyCommitted(m.Entries); err != nil {
+				return err
+			}
+		}
+		g.deliver(m.GetResponses())
+	}
+	g.pushLocal(localItem{applied: true})
+	return nil
 }
 
 // applyCommitted moves the committed end, applies internal records and
@@ -509,7 +831,7 @@ func (g *group) applyCommitted(ents []*pb.Entry) error {
 			}
 			var err error
 			var info wal.BatchInfo
-			recs, info, err = wal.DecodeBatch(e.GetData(), recs[:0])
+			recs, info, err = wal.DecodeBatch(g.st.placed(e), recs[:0])
 			if err != nil {
 				return fmt.Errorf("apply entry %d: %w", e.GetIndex(), err)
 			}
@@ -521,25 +843,59 @@ func (g *group) applyCommitted(ents []*pb.Entry) error {
 			}
 		}
 	}
-	for _, e := range ents {
-		if g.state == etcdraft.StateLeader && e.GetTerm() == g.term && g.readyTerm != g.term {
-			g.readyTerm = g.term
-			g.notify()
-		}
-		if p := g.pending[e.GetIndex()]; p != nil {
-			delete(g.pending, e.GetIndex())
-			if e.GetTerm() != p.term {
-				p.reply(proposalResult{err: fmt.Errorf("%s: %w (index %d)", g.key, ErrLost, e.GetIndex())})
-				continue
+	g.mu.Lock()
+	if g.leaderTerm != 0 && g.readyTerm != g.leaderTerm {
+		for _, e := range ents {
+			if e.GetTerm() == g.leaderTerm {
+				g.readyTerm = g.leaderTerm
+				g.notifyLocked()
+				break
 			}
-			p.reply(proposalResult{term: p.term, res: wal.AppendResult{
-				BaseOffset: p.base, LastOffset: p.base + int64(p.batch.Records()) - 1, LogAppendTime: p.at,
-			}})
 		}
 	}
-	g.throttled = false
-	g.resolveDups()
+	g.mu.Unlock()
+	g.pmu.Lock()
+	defer g.pmu.Unlock()
+	for _, e := range ents {
+		p := g.pending[e.GetIndex()]
+		if p == nil {
+			continue
+		}
+		delete(g.pending, e.GetIndex())
+		if e.GetTerm() != p.term || !p.placed {
+			p.reply(proposalResult{err: fmt.Errorf("%s: %w (index %d)", g.key, ErrLost, e.GetIndex())})
+			continue
+		}
+		p.reply(proposalResult{term: p.term, res: wal.AppendResult{
+			BaseOffset: p.base, LastOffset: p.base + int64(p.batch.Records()) - 1, LogAppendTime: p.at,
+		}})
+	}
 	return nil
+}
+
+// resolveDups answers the retried batches that are now committed.
+func (g *group) resolveDups() {
+	if len(g.dups) == 0 {
+		return
+	}
+	hw := g.rl.HighWatermark()
+	keep := g.dups[:0]
+	for _, d := range g.dups {
+		if hw > d.res.LastOffset {
+			d.p.reply(proposalResult{res: d.res, term: d.term})
+			continue
+		}
+		keep = append(keep, d)
+	}
+	clear(g.dups[len(keep):])
+	g.dups = keep
+}
+
+func (g *group) failDups(err error) {
+	for _, d := range g.dups {
+		d.p.reply(proposalResult{err: err})
+	}
+	g.dups = nil
 }
 
 // confirm asks a quorum to confirm this node's leadership before a
@@ -574,36 +930,12 @@ func (g *group) resolveConfirms() {
 	g.confirms = keep
 }
 
-// resolveDups answers the retried batches that are now committed.
-func (g *group) resolveDups() {
-	if len(g.dups) == 0 {
-		return
-	}
-	hw := g.rl.HighWatermark()
-	keep := g.dups[:0]
-	for _, d := range g.dups {
-		if hw > d.res.LastOffset {
-			d.p.reply(proposalResult{res: d.res, term: d.term})
-			continue
-		}
-		keep = append(keep, d)
-	}
-	clear(g.dups[len(keep):])
-	g.dups = keep
-}
-
-func (g *group) failDups(err error) {
-	for _, d := range g.dups {
-		d.p.reply(proposalResult{err: err})
-	}
-	g.dups = nil
-}
-
-// propose places each batch after the log's end and proposes it. Only a
-// leader that committed an entry of its term proposes: it then knows the
-// whole committed log, so its producer checks and offsets are right.
-// Two batches of one producer are not proposed in the same round: the
-// second waits until the first is written, so that its check sees it.
+// propose places each batch after the end of Raft's log (written or not)
+// and proposes it. Only a leader that applied an entry of its term
+// proposes: its log then holds every committed entry, so that its
+// producer checks see every committed batch. A producer's batch waits
+// while an earlier one of the same producer is not written yet, so that
+// the check (against the written log) sees that one too.
 func (g *group) propose(props []*proposal) {
 	if g.rn.HasReady() {
 		if err := g.processReady(); err != nil {
@@ -614,9 +946,10 @@ func (g *group) propose(props []*proposal) {
 		}
 	}
 	bs := g.rn.BasicStatus()
-	leader := bs.RaftState == etcdraft.StateLeader && g.readyTerm == bs.GetTerm()
-	last, _, next := g.rl.Last()
-	seen := map[int64]bool{}
+	term := bs.GetTerm()
+	g.mu.Lock()
+	leader := bs.RaftState == etcdraft.StateLeader && g.readyTerm == term && term != 0
+	g.mu.Unlock()
 	for i, p := range props {
 		if err := p.ctx.Err(); err != nil {
 			p.reply(proposalResult{err: fmt.Errorf("append to %s: %w", g.key, err)}) // nothing written
@@ -628,9 +961,9 @@ func (g *group) propose(props []*proposal) {
 		}
 		id, epoch, seq := p.batch.Producer()
 		if id > 0 {
-			if seen[id] {
-				g.deferred = append(g.deferred, props[i:]...)
-				return
+			if _, busy := g.inflight[id]; busy {
+				g.deferred = append(g.deferred, p)
+				continue
 			}
 			var err error
 			if g.fence != nil {
@@ -649,13 +982,20 @@ func (g *group) propose(props []*proposal) {
 				continue
 			}
 			if dup != nil {
-				g.dups = append(g.dups, &dupWait{p: p, res: *dup, term: bs.GetTerm()})
+				g.dups = append(g.dups, &dupWait{p: p, res: *dup, term: term})
 				continue
 			}
-			seen[id] = true
 		}
-		data := p.batch.Finish(next, bs.GetTerm(), last+1)
+		idx := g.tailIdx + 1
+		data := p.batch.Finish(0, term, idx) // the offset is placed when written
+		p.term, p.index = term, idx
+		g.pmu.Lock()
+		g.pending[idx] = p
+		g.pmu.Unlock()
 		if err := g.rn.Propose(data); err != nil {
+			g.pmu.Lock()
+			delete(g.pending, idx)
+			g.pmu.Unlock()
 			if errors.Is(err, etcdraft.ErrProposalDropped) && g.rn.BasicStatus().RaftState == etcdraft.StateLeader {
 				// Too much uncommitted: retry after the next commit.
 				g.throttled = true
@@ -665,10 +1005,10 @@ func (g *group) propose(props []*proposal) {
 			p.reply(proposalResult{err: &NotLeaderError{Topic: g.key.topic, Partition: g.key.part, Leader: g.leaderHint()}})
 			continue
 		}
-		p.term, p.index, p.base = bs.GetTerm(), last+1, next
-		g.pending[p.index] = p
-		last++
-		next += int64(p.batch.Records())
+		g.tailIdx = idx
+		if id > 0 {
+			g.inflight[id] = idx
+		}
 	}
 	g.resolveDups()
 }
@@ -681,15 +1021,20 @@ func (g *group) leaderHint() uint64 {
 }
 
 // notify wakes the callers waiting for a change of role, leader or
-// readiness. Loop goroutine only.
+// readiness, and refreshes the status. Loop goroutine only.
 func (g *group) notify() {
 	g.mu.Lock()
-	close(g.changed)
-	g.changed = make(chan struct{})
 	g.status.Leader, g.status.Term = g.lead, g.term
 	g.status.Role = roleName(g.state)
-	g.status.Serving = g.state == etcdraft.StateLeader && g.readyTerm == g.term && g.term != 0
+	g.notifyLocked()
 	g.mu.Unlock()
+}
+
+// notifyLocked is notify's part that any goroutine may do, holding mu.
+func (g *group) notifyLocked() {
+	g.status.Serving = g.leaderTerm != 0 && g.readyTerm == g.leaderTerm
+	close(g.changed)
+	g.changed = make(chan struct{})
 }
 
 func roleName(s etcdraft.StateType) string {
@@ -706,54 +1051,63 @@ func roleName(s etcdraft.StateType) string {
 
 // updateStatus refreshes the metrics after a Ready.
 func (g *group) updateStatus() {
-	last, _, _ := g.rl.Last()
 	var fol []FollowerStatus
 	if g.state == etcdraft.StateLeader {
 		g.rn.WithProgress(func(id uint64, _ etcdraft.ProgressType, pr tracker.Progress) {
 			if id == g.self {
 				return
 			}
-			fol = append(fol, FollowerStatus{Node: id, Match: pr.Match, Lag: last - min(pr.Match, last),
+			fol = append(fol, FollowerStatus{Node: id, Match: pr.Match, Lag: g.tailIdx - min(pr.Match, g.tailIdx),
 				State: strings.ToLower(strings.TrimPrefix(pr.State.String(), "State")), Active: pr.RecentActive})
 		})
 	}
+	bs := g.rn.BasicStatus()
 	g.mu.Lock()
 	g.status.Term = g.term
 	g.status.Leader = g.lead
-	g.status.Role = roleName(g.state)
-	g.status.CommitIndex = g.hs.GetCommit()
-	g.status.LastIndex = last
+	if g.failed == nil {
+		g.status.Role = roleName(g.state)
+	}
+	g.status.CommitIndex = bs.GetCommit()
+	g.status.LastIndex = g.tailIdx
 	g.status.Followers = fol
-	g.status.Serving = g.state == etcdraft.StateLeader && g.readyTerm == g.term && g.term != 0
 	g.mu.Unlock()
 }
 
-// fail stops the group: every waiting caller gets ErrGroupFailed.
+// fail stops the group: its goroutines exit and every waiting caller
+// gets ErrGroupFailed. Any goroutine may call it.
 func (g *group) fail(err error) error {
 	g.mu.Lock()
 	if g.failed == nil {
 		g.failed = fmt.Errorf("%s: %w: %w", g.key, ErrGroupFailed, err)
 		g.status.Role = "failed"
 		g.status.Error = err.Error()
+		g.status.Serving = false
 		close(g.changed)
 		g.changed = make(chan struct{})
 		g.logger.Error("replica stopped; restart the node to recover it", "err", err)
+		if g.cancel != nil {
+			g.cancel()
+		}
 	}
 	ferr := g.failed
 	g.mu.Unlock()
-	g.failWaiting(ferr)
 	return ferr
 }
 
+// failWaiting answers everything waiting. The loop's goroutine, or after
+// the goroutines exited.
 func (g *group) failWaiting(err error) {
+	g.pmu.Lock()
 	for i, p := range g.pending {
 		delete(g.pending, i)
 		p.reply(proposalResult{err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
 	}
-	for _, p := range g.deferred {
+	g.pmu.Unlock()
+	for _, p := range append(g.deferred, g.taken...) {
 		p.reply(proposalResult{err: err})
 	}
-	g.deferred = nil
+	g.deferred, g.taken = nil, nil
 	for _, c := range g.confirms {
 		c.p.reply(proposalResult{err: err})
 	}
@@ -767,10 +1121,10 @@ func (g *group) failedErr() error {
 	return g.failed
 }
 
-// serving waits until this node leads the group and has committed an
-// entry of its term (so that it knows the whole committed log). It
-// returns a *NotLeaderError naming the leader if another node leads, at
-// once, or when ctx ends without a leader.
+// serving waits until this node leads the group and has applied an entry
+// of its term (so that it knows the whole committed log). It returns a
+// *NotLeaderError naming the leader if another node leads, at once, or
+// when ctx ends without a leader.
 func (g *group) serving(ctx context.Context) error {
 	for {
 		g.mu.Lock()

@@ -86,6 +86,7 @@ func (l *Log) load() error {
 			return err
 		}
 		g.apply = appliers[name]
+		g.replay = func() error { return l.replay(g) }
 		if err := l.replay(g); err != nil {
 			return fmt.Errorf("rebuild %s: %w", name, err)
 		}
@@ -611,7 +612,9 @@ func (l *Log) ProducerStateContext(ctx context.Context, topic string, part int32
 // committedProducerState waits until the leader's log as it is now is
 // committed, then reads the producer's state.
 func (l *Log) committedProducerState(ctx context.Context, g *group, producerID int64) (wal.ProducerState, bool, error) {
-	last, _, _ := g.rl.Last()
+	g.mu.Lock()
+	last := g.status.LastIndex
+	g.mu.Unlock()
 	for g.rl.CommitIndex() < last {
 		if err := g.serving(ctx); err != nil {
 			return wal.ProducerState{}, false, err

@@ -56,17 +56,17 @@ type simSender struct {
 	from uint64
 }
 
-// send queues messages, checking Raft's persistence rule on the way out:
-// a node sends nothing in a term it has not saved, grants no vote it has
-// not saved, and acknowledges no entry it has not fsynced.
+// send queues messages, checking Raft's persistence rules on the way out:
+// a leader sends nothing in a term it has not saved, a node grants no
+// vote it has not saved and acknowledges no entry it has not fsynced.
 func (ss simSender) send(key groupKey, msgs []*pb.Message) []uint64 {
 	nd := ss.s.nodes[ss.from]
 	st := nd.g.rl.State()
 	last, _, _ := nd.g.rl.Last()
 	for _, m := range msgs {
 		switch m.GetType() {
-		case pb.MsgPreVote, pb.MsgPreVoteResp:
-		default:
+		case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
+			// Sent by a leader, which counted its own vote only once saved.
 			if m.GetTerm() > st.Term {
 				ss.s.t.Errorf("node %d sent %v in term %d before saving it (saved term %d)", ss.from, m.GetType(), m.GetTerm(), st.Term)
 			}
@@ -126,6 +126,7 @@ func (s *sim) open(nd *simNode, create bool) {
 		s.t.Fatal(err)
 	}
 	g.now = func() time.Time { return s.now }
+	g.inline = true
 	nd.l, nd.g, nd.down = l, g, false
 }
 
@@ -195,12 +196,15 @@ func (s *sim) stepSnapshot(nd *simNode, m *pb.Message) {
 	}); err != nil {
 		s.t.Fatal(err)
 	}
-	nd.g.staged = st
+	nd.g.setStaged(st)
 	nd.g.step(m)
 	s.process(nd)
-	if nd.g.staged != nil {
-		nd.g.staged.abort()
-		nd.g.staged = nil
+	nd.g.mu.Lock()
+	left := nd.g.staged
+	nd.g.staged = nil
+	nd.g.mu.Unlock()
+	if left != nil {
+		left.abort()
 	}
 }
 

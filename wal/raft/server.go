@@ -401,11 +401,15 @@ func (l *Log) fetchSnapshot(ctx context.Context, g *group, m *pb.Message) {
 		return
 	}
 	err = g.do(ctx, func() {
-		g.staged = st
+		g.setStaged(st)
+		g.snapQueued = false
 		g.step(m)
 		_ = g.processReady()
-		installed = g.staged == nil
-		g.staged = nil
+		// Queued: the appender installs it. Else Raft did not want it.
+		installed = g.snapQueued
+		if !installed {
+			g.setStaged(nil)
+		}
 	})
 	if !installed {
 		st.abort()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
@@ -20,12 +21,14 @@ import (
 // no offset. The HardState and the log's start live in the partition's
 // replica state file.
 //
-// Raft calls the Storage methods from the goroutine driving the RawNode,
-// the same that calls append, so storage needs no lock.
+// Raft calls the Storage methods from the goroutine driving the RawNode;
+// the group's appender writes through append at the same time: the
+// ReplicaLog and the entry cache lock. Raft reads only entries it knows
+// are written, and not while the appender replaces them.
 type storage struct {
 	rl    *wal.ReplicaLog
 	cs    *pb.ConfState
-	hs    *pb.HardState // as last saved
+	hs    *pb.HardState // as last saved; the appender's
 	self  uint64        // node id, carried in snapshot data
 	cache entryCache
 	now   func() time.Time
@@ -129,9 +132,13 @@ func storageErr(err error) error {
 	return err
 }
 
-// append persists entries handed out by a Ready (fsynced on return),
-// first removing a conflicting suffix. It returns the index after which
-// entries were removed (0: none).
+// append persists entries (fsynced on return), first removing a
+// conflicting suffix. Each data batch is placed at the log's next offset
+// as it is written: the leader proposes batches without an offset, and
+// every replica, holding the same entries before it (Raft's log
+// matching), places it at the same offset. It returns the index after
+// which entries were removed (0: none). Raft's own empty entries (a new
+// leader's no-op) are written as control batches, which take no offset.
 func (s *storage) append(ctx context.Context, ents []*pb.Entry) (truncatedAfter uint64, err error) {
 	if len(ents) == 0 {
 		return 0, nil
@@ -150,14 +157,21 @@ func (s *storage) append(ctx context.Context, ents []*pb.Entry) (truncatedAfter 
 	stored := make([]*pb.Entry, len(ents))
 	for i, e := range ents {
 		b := e.GetData()
-		if len(b) == 0 {
-			// Raft's own empty entry (a new leader's no-op): a control batch
-			// at the current end, no offset taken. Its timestamp is fixed so
-			// that every replica writes the same bytes.
+		place, ok := wal.PeekBatch(b)
+		switch {
+		case len(b) == 0:
+			// Its timestamp is fixed so that every replica writes the same
+			// bytes.
 			b = wal.EncodeControlBatch(next, e.GetTerm(), e.GetIndex(), nil, time.UnixMilli(0))
+		case ok && !place.Control && place.BaseOffset != next:
+			if b, err = wal.PlaceBatch(b, next); err != nil {
+				return truncatedAfter, fmt.Errorf("%s: entry %d: %w", s.rl.Name(), e.GetIndex(), err)
+			}
+		}
+		if len(b) != len(e.GetData()) || &b[0] != &e.GetData()[0] {
 			e = &pb.Entry{Term: new(e.GetTerm()), Index: new(e.GetIndex()), Type: pb.EntryNormal.Enum(), Data: b}
 		}
-		place, ok := wal.PeekBatch(b)
+		place, ok = wal.PeekBatch(b)
 		if !ok || place.Term != e.GetTerm() || place.Index != e.GetIndex() || e.GetType() != pb.EntryNormal {
 			return truncatedAfter, fmt.Errorf("%s: entry %d/%d of type %v does not hold its own batch (header %d/%d)",
 				s.rl.Name(), e.GetIndex(), e.GetTerm(), e.GetType(), place.Index, place.Term)
@@ -174,6 +188,19 @@ func (s *storage) append(ctx context.Context, ents []*pb.Entry) (truncatedAfter 
 	return truncatedAfter, nil
 }
 
+// placed returns the batch of entry e as written (with its offset).
+func (s *storage) placed(e *pb.Entry) []byte {
+	if c := s.cache.get(e.GetIndex()); c != nil && c.GetTerm() == e.GetTerm() {
+		return c.GetData()
+	}
+	if b, err := s.rl.Batch(e.GetIndex()); err == nil {
+		if place, ok := wal.PeekBatch(b); ok && place.Term == e.GetTerm() {
+			return b
+		}
+	}
+	return e.GetData()
+}
+
 // saveHardState persists hs.
 func (s *storage) saveHardState(hs *pb.HardState) error {
 	if err := s.rl.SaveHardState(hs.GetTerm(), hs.GetVote(), hs.GetCommit()); err != nil {
@@ -183,18 +210,22 @@ func (s *storage) saveHardState(hs *pb.HardState) error {
 	return nil
 }
 
-// entryCache keeps the latest entries, contiguous, up to max bytes of
-// data, so that sending them to followers and applying them on commit
-// does not read the disk.
+// entryCache keeps the latest entries written, contiguous, up to max
+// bytes of data, so that sending them to followers and applying them on
+// commit does not read the disk. The appender adds, the loop and the
+// applier read.
 type entryCache struct {
+	mu    sync.Mutex
 	max   int
 	ents  []*pb.Entry // ents[i].Index == ents[0].Index+i
 	bytes int
 }
 
 func (c *entryCache) add(e *pb.Entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if n := len(c.ents); n > 0 && c.ents[n-1].GetIndex()+1 != e.GetIndex() {
-		c.reset()
+		c.resetLocked()
 	}
 	c.ents = append(c.ents, e)
 	c.bytes += len(e.GetData())
@@ -210,11 +241,19 @@ func (c *entryCache) add(e *pb.Entry) {
 }
 
 func (c *entryCache) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.resetLocked()
+}
+
+func (c *entryCache) resetLocked() {
 	clear(c.ents)
 	c.ents, c.bytes = c.ents[:0], 0
 }
 
 func (c *entryCache) truncateAfter(idx uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for len(c.ents) > 0 && c.ents[len(c.ents)-1].GetIndex() > idx {
 		c.bytes -= len(c.ents[len(c.ents)-1].GetData())
 		c.ents[len(c.ents)-1] = nil
@@ -222,16 +261,27 @@ func (c *entryCache) truncateAfter(idx uint64) {
 	}
 }
 
-func (c *entryCache) term(i uint64) (uint64, bool) {
+func (c *entryCache) get(i uint64) *pb.Entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(c.ents) == 0 || i < c.ents[0].GetIndex() || i > c.ents[len(c.ents)-1].GetIndex() {
-		return 0, false
+		return nil
 	}
-	return c.ents[i-c.ents[0].GetIndex()].GetTerm(), true
+	return c.ents[i-c.ents[0].GetIndex()]
+}
+
+func (c *entryCache) term(i uint64) (uint64, bool) {
+	if e := c.get(i); e != nil {
+		return e.GetTerm(), true
+	}
+	return 0, false
 }
 
 // slice returns entries lo..hi-1 within maxSize (at least one) if the
-// cache holds lo.
+// cache holds lo..hi-1.
 func (c *entryCache) slice(lo, hi, maxSize uint64) ([]*pb.Entry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(c.ents) == 0 || lo < c.ents[0].GetIndex() || hi-1 > c.ents[len(c.ents)-1].GetIndex() {
 		return nil, false
 	}
