@@ -116,6 +116,7 @@ type snapItem struct {
 
 // start starts the fetcher and the converters.
 func (sn *snapshotter) start() {
+	sn.publishProgress()
 	ctx, cancel := context.WithCancel(context.Background())
 	sn.cancel = cancel
 	k := min(max(runtime.GOMAXPROCS(0), 1), 4)
@@ -346,17 +347,21 @@ func (sn *snapshotter) chunk(ctx context.Context) ([]*rowSet, error) {
 			sn.after = append(sn.after, row[i].arg())
 		}
 	}
-	s.stats.events.Add(int64(got))
 	sn.progress[id] = [2]int64{sn.rows, sn.plan.Totals[sn.ti]}
 	if got < limit {
 		sn.nextTable()
 	}
+	sn.publishProgress()
+	return sets, nil
+}
+
+// publishProgress makes the snapshot's progress the one Stats reports.
+func (sn *snapshotter) publishProgress() {
 	p := make(map[string][2]int64, len(sn.progress))
 	for k, v := range sn.progress {
 		p[k] = v
 	}
-	s.stats.progress.Store(&p)
-	return sets, nil
+	sn.s.stats.progress.Store(&p)
 }
 
 // converter turns row sets into batches; each has its own slabs.
@@ -375,6 +380,7 @@ func (cv *converter) run(ctx context.Context, in <-chan *rowSet, out chan<- snap
 			it.err = rs.err
 		} else {
 			it.recs, it.err = cv.convert(rs)
+			cv.sn.s.stats.events.Add(int64(len(it.recs)))
 			clear(rs.cells) // no string data kept alive by a spare
 			select {
 			case cv.sn.spare <- rs.cells[:0]:

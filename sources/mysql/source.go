@@ -58,7 +58,7 @@ func New(cfg connect.Config, env connect.Env) (*Source, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{
+	src := &Source{
 		cfg:   s,
 		env:   env,
 		log:   log,
@@ -71,7 +71,9 @@ func New(cfg connect.Config, env connect.Env) (*Source, error) {
 		},
 		now:         time.Now,
 		srcTemplate: sourceTemplate(s),
-	}, nil
+	}
+	src.stats.behindMs.Store(-1)
+	return src, nil
 }
 
 // connect opens a query connection with the session settings every query of the source needs.
@@ -320,21 +322,41 @@ func nilIfEmpty(s string) any {
 	return s
 }
 
-// Stats are the source's counters, with Debezium's metric names where they exist.
+// Stats are the source's counters, with Debezium's metric names where they exist. Counters
+// count from the source's construction (a task restart starts them over).
 type Stats struct {
-	Connected                  bool
-	SnapshotRunning            bool
-	SnapshotCompleted          bool
-	TotalNumberOfEventsSeen    int64
-	NumberOfCommittedTxns      int64
-	MilliSecondsBehindSource   int64
-	RowsScanned                map[string]int64
-	RowsTotalEstimate          map[string]int64
-	BinlogFilename             string
-	BinlogPosition             int64
-	NumberOfSkippedEvents      int64
-	NumberOfReconnects         int64
-	NumberOfAcknowledgedBatchs int64
+	// Connected is true from a successful Open until Close, except while the binlog reader
+	// reconnects.
+	Connected bool
+	// SnapshotRunning is true while this source reads snapshot rows; SnapshotCompleted once it
+	// has read the last of them (a snapshot finished by an earlier run does not count).
+	SnapshotRunning   bool
+	SnapshotCompleted bool
+	// TotalNumberOfEventsSeen counts the change events emitted: snapshot reads, row changes,
+	// truncates and schema changes (tombstones not).
+	TotalNumberOfEventsSeen int64
+	// NumberOfCommittedTransactions counts the binlog transactions read to their end (XID or
+	// COMMIT, and each DDL statement), of captured tables or not.
+	NumberOfCommittedTransactions int64
+	// MilliSecondsBehindSource is the time between the commit of the last emitted binlog change
+	// and its emission (the binlog stamps commits in whole seconds); -1 before the first.
+	MilliSecondsBehindSource int64
+	// RowsScanned and RowsTotalEstimate are, per snapshot table ("db.table"), the rows read so
+	// far and the server's estimate of its rows (information_schema.TABLES). A table finished by
+	// an earlier run of an interrupted snapshot shows -1 rows read.
+	RowsScanned       map[string]int64
+	RowsTotalEstimate map[string]int64
+	// BinlogFilename and BinlogPosition are the file and the end position of the last binlog
+	// event read.
+	BinlogFilename string
+	BinlogPosition int64
+	// NumberOfSkippedEvents counts the row changes of captured tables left out by
+	// skipped.operations.
+	NumberOfSkippedEvents int64
+	// NumberOfReconnects counts the binlog connections lost and established again.
+	NumberOfReconnects int64
+	// NumberOfAcknowledgedBatches counts the calls of Ack (positions durable in the log).
+	NumberOfAcknowledgedBatches int64
 }
 
 type stats struct {
@@ -355,16 +377,16 @@ type stats struct {
 // Stats returns the current counters. It is cheap and safe to call concurrently with Read.
 func (s *Source) Stats() Stats {
 	st := Stats{
-		Connected:                  s.stats.connected.Load(),
-		SnapshotRunning:            s.stats.snapshotRunning.Load(),
-		SnapshotCompleted:          s.stats.snapshotCompleted.Load(),
-		TotalNumberOfEventsSeen:    s.stats.events.Load(),
-		NumberOfCommittedTxns:      s.stats.txns.Load(),
-		MilliSecondsBehindSource:   s.stats.behindMs.Load(),
-		BinlogPosition:             s.stats.binlogPos.Load(),
-		NumberOfSkippedEvents:      s.stats.skipped.Load(),
-		NumberOfReconnects:         s.stats.reconnects.Load(),
-		NumberOfAcknowledgedBatchs: s.stats.acked.Load(),
+		Connected:                     s.stats.connected.Load(),
+		SnapshotRunning:               s.stats.snapshotRunning.Load(),
+		SnapshotCompleted:             s.stats.snapshotCompleted.Load(),
+		TotalNumberOfEventsSeen:       s.stats.events.Load(),
+		NumberOfCommittedTransactions: s.stats.txns.Load(),
+		MilliSecondsBehindSource:      s.stats.behindMs.Load(),
+		BinlogPosition:                s.stats.binlogPos.Load(),
+		NumberOfSkippedEvents:         s.stats.skipped.Load(),
+		NumberOfReconnects:            s.stats.reconnects.Load(),
+		NumberOfAcknowledgedBatches:   s.stats.acked.Load(),
 	}
 	if f := s.stats.binlogFile.Load(); f != nil {
 		st.BinlogFilename = *f

@@ -364,6 +364,17 @@ func (m *streamer) permanent(err error) error {
 
 func (m *streamer) finish(b *batch) connect.Batch {
 	m.lastLen = len(b.recs)
+	s := m.s
+	n := 0
+	for i := range b.recs {
+		if b.recs[i].Value != nil {
+			n++
+		}
+	}
+	s.stats.events.Add(int64(n))
+	if len(b.recs) > 0 {
+		s.stats.behindMs.Store(max(0, s.now().UnixMilli()-b.recs[len(b.recs)-1].Timestamp.UnixMilli()))
+	}
 	p := m.position()
 	m.lastPos = p
 	return connect.Batch{Records: b.recs, Position: p}
@@ -401,13 +412,18 @@ func (m *streamer) handle(ctx context.Context, ev *replication.BinlogEvent, b *b
 	if !artificial && h.LogPos >= h.EventSize {
 		start = h.LogPos - h.EventSize
 	}
-	if h.Timestamp > 0 && !artificial {
-		s.stats.behindMs.Store(max(0, s.now().UnixMilli()-int64(h.Timestamp)*1000))
-	}
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
 		m.file = string(e.NextLogName)
 		m.seq, _ = fileSeq(m.file)
+		if skipSeq, _ := fileSeq(m.skipFile); m.starting && m.seq > skipSeq {
+			// the resume point was the end of its file (a server that crashed, or was
+			// restarted, started a new file after it): everything from here on is new
+			if m.skip > 0 {
+				return connect.Permanentf("binlog position %s:%d is not the start of a transaction (the file ends before): the stored position does not fit this server's binlog", m.skipFile, m.skipPos)
+			}
+			m.starting = false
+		}
 		if !m.inTx && !m.starting {
 			m.boundFile, m.boundSeq, m.boundPos = m.file, m.seq, uint32(e.Position)
 		}
@@ -423,7 +439,6 @@ func (m *streamer) handle(ctx context.Context, ev *replication.BinlogEvent, b *b
 	if artificial {
 		return nil
 	}
-	s.stats.events.Add(1)
 	s.stats.binlogPos.Store(int64(h.LogPos))
 	if m.starting {
 		if m.file != m.skipFile || start < m.skipPos {
@@ -573,10 +588,11 @@ func (m *streamer) emitImages(b *batch, t *table, op connect.Op, step int, rows 
 	for m.curRow+step <= len(rows) {
 		i := m.curRow
 		m.curRow += step
-		if !m.slot() || t == nil || s.cfg.skip[op] {
-			if t != nil {
-				s.stats.skipped.Add(1)
-			}
+		if !m.slot() || t == nil {
+			continue
+		}
+		if s.cfg.skip[op] {
+			s.stats.skipped.Add(1)
 			continue
 		}
 		if err := m.rowChange(b, t, op, rows[i:i+step], i/step); err != nil {
