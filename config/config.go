@@ -50,8 +50,8 @@ type LogSettings struct {
 	// Topic holds Kafka topic settings (retention.ms, segment.bytes, ...) of topics created
 	// on first use.
 	Topic map[string]string
-	// ClusterNodes is reserved for replication; it must be empty for now.
-	ClusterNodes []string
+	// Cluster makes the log replicated (log.cluster); see ClusterSettings.
+	Cluster ClusterSettings
 
 	pos  Pos            // of the "log" key
 	keys map[string]Pos // of each setting: "dir", "topic.retention.ms", ...
@@ -540,25 +540,7 @@ func (d *decoder) log(n ast.Node, l *LogSettings) {
 				}
 			}
 		case "cluster":
-			centries, ok := d.mapping(e.value, path)
-			if !ok {
-				continue
-			}
-			for _, ce := range centries {
-				cpath := path + "." + ce.key
-				if ce.key != "nodes" {
-					d.unknown(ce.keyN, path, ce.key, []string{"nodes"})
-					continue
-				}
-				nodes, ok := d.list(ce.value, cpath)
-				if !ok {
-					continue
-				}
-				l.ClusterNodes = nodes
-				if len(nodes) > 0 {
-					d.errorf(ce.value, cpath, "replication is not available yet: leave the list empty to run a single node")
-				}
-			}
+			d.cluster(e.value, path, &l.Cluster, l.keys)
 		default:
 			d.unknown(e.keyN, "log", e.key, logKeys)
 		}

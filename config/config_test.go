@@ -124,7 +124,8 @@ func TestMalformedPipelines(t *testing.T) {
 		{"unknown topic setting", "log:\n  dir: /x\n  topic:\n    retention.mss: 5\n", []string{
 			`pipeline.yaml:4:5: log.topic.retention.mss: unknown topic config key (did you mean "retention.ms"?)`}},
 		{"cluster nodes", "log:\n  dir: /x\n  cluster:\n    nodes: [a:1, b:2]\n", []string{
-			"pipeline.yaml:4:12: log.cluster.nodes: replication is not available yet: leave the list empty to run a single node"}},
+			`pipeline.yaml:4:12: log.cluster.nodes[0]: must be id=host:port with an id > 0 (got "a:1")`,
+			`pipeline.yaml:4:12: log.cluster.nodes[1]: must be id=host:port with an id > 0 (got "b:2")`}},
 		{"placeholder in log dir", "log:\n  dir: ${env:DIR}\n", []string{
 			"pipeline.yaml:2:8: log.dir: placeholders are resolved only in connector config values"}},
 		{"connectors is a mapping", "log:\n  dir: /x\nconnectors:\n  gen: {}\n", []string{
