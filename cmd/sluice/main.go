@@ -235,11 +235,23 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if p.Log.Fsync == config.FsyncUnsafeNever {
 		logger.Warn("log.fsync is unsafe-never: a machine crash loses acknowledged records")
 	}
-	log, err := openLog(p.Log.Dir, wopts)
+	log, err := openNodeLog(p, wopts, logger)
 	if err != nil {
 		return err
 	}
 	defer log.Close()
+	// The log runs first: a replicated log serves nothing until its nodes
+	// talk, and the runtime reads it while starting.
+	logCtx, stopLog := context.WithCancel(context.Background())
+	logDone := make(chan error, 1)
+	go func() { logDone <- log.Run(logCtx) }()
+	logStopped := false
+	defer func() {
+		if !logStopped {
+			stopLog()
+			<-logDone
+		}
+	}()
 	host, _ := os.Hostname()
 	metrics := rest.NewMetrics()
 	resolve := func(cfg map[string]string) (map[string]string, []connect.FieldError) {
@@ -308,8 +320,6 @@ func cmdRun(args []string, stderr io.Writer) error {
 		rt.Abort()
 	}()
 
-	logDone := make(chan error, 1)
-	go func() { logDone <- log.Run(ctx) }()
 	apiDone := make(chan error, 1)
 	if api != nil {
 		go func() { apiDone <- api.Run(ctx) }()
@@ -327,6 +337,8 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if err := <-apiDone; err != nil && runErr == nil {
 		runErr = err
 	}
+	stopLog()
+	logStopped = true
 	if err := <-logDone; err != nil && runErr == nil {
 		runErr = err
 	}
