@@ -45,6 +45,8 @@
 //	    <offset>.snapshot                        producer state as of offset (a cache)
 //	    <base>.log.cleaned, <base>.log.swap      compaction output (see Recovery)
 //	    clean-shutdown                           written by a clean Close
+//	    replica-state                            Raft HardState and log start (replicated)
+//	    <base>.log.staged, snapshot-install      a snapshot being installed
 //	<dir>/topics/+<topic>                        a topic being created
 //	<dir>/trash/                                 topics being deleted
 //
@@ -175,30 +177,71 @@
 // reason). Retention, in contrast, may delete a producer's last batch;
 // the snapshot then still holds its state, as Kafka's does.
 //
-// # Replication (how wal/raft will fit)
+// # Replication (package wal/raft)
 //
-// One Raft group per partition will use the partition's segments as its
-// Raft log, one batch per entry: the term and index fields of the batch
-// header hold the entry's term and index, so no second copy is written.
-// ReplicaLog is that storage: the leader encodes a batch with EncodeBatch
-// (it assigns the offsets) and proposes its bytes; every replica persists
+// One Raft group per partition uses the partition's segments as its Raft
+// log, one batch per entry: the term and index fields of the batch header
+// hold the entry's term and index, so no second copy is written.
+// ReplicaLog (OpenReplica) is that storage. The leader prepares a batch
+// (PrepareBatch, EncodeBatch) without knowing its offset; every replica
+// places it at its next offset as it writes it (PlaceBatch: the offset and
+// the checksum change, after the old checksum was verified) and persists
 // the entries Raft hands it with ReplicaLog.Append (verified, dense
-// offsets, consecutive indexes, fsynced before it returns, as Raft's
-// persist-before-send rule needs); ReplicaLog.Batch reads an entry back by
-// index; ReplicaLog.TruncateAfter removes a deposed leader's suffix and
-// refuses (ErrTruncateCommitted) to touch a committed entry;
-// ReplicaLog.Commit moves the committed end, which readers already stop at.
-// The written end and the committed end are kept apart: on one node the
-// committed end follows fsyncs; once a ReplicaLog owns a partition it
-// moves only by Commit. Leader no-ops and configuration changes are control
-// batches (attribute bit 5, EncodeControlBatch): no records, last offset
-// delta -1, payload in the source-position field, so they take no offset
-// and offsets stay dense and identical on every replica. Retention and
-// compaction only touch segments wholly below the committed end.
-// Batch reads the segment holding the entry from its start; replication is
-// expected to keep recent entries in memory. Still to build there: the
-// Raft HardState and snapshot descriptor, idempotent-producer checks at
-// the leader before proposing, and streaming sealed segments to followers.
+// offsets, consecutive indexes, fsynced before it returns).
+// ReplicaLog.Entries, Batch and Term read entries back by index: the
+// latest few thousand are located from memory, older ones by a binary
+// search over a segment's sparse offset index reading batch headers.
+// ReplicaLog.TruncateAfter removes a deposed leader's suffix and refuses
+// (ErrTruncateCommitted) to touch a committed entry; ReplicaLog.Commit
+// moves the committed end, which readers already stop at. The written end
+// and the committed end are kept apart: on one node the committed end
+// follows fsyncs; once a ReplicaLog owns a partition it moves only by
+// Commit. Leader no-ops and configuration changes are control batches
+// (attribute bit 5, EncodeControlBatch): no records, last offset delta
+// -1, payload in the source-position field, so they take no offset and
+// offsets stay dense and identical on every replica.
+//
+// The replica state file (replica-state, next to the segments) holds
+// Raft's HardState and the log's start, the index and term of the entry
+// just before the first one held (0, 0 for a log held from the start):
+//
+//	two slots of 64 bytes: "SLRS" | version u8 (1) | 0 0 0 |
+//	    sequence u64 | term u64 | vote u64 | commit u64 |
+//	    start index u64 | start term u64 | CRC-32C u32 | 0 0 0 0
+//
+// Each write goes to the slot the previous one did not use and is fsynced
+// before the call returns; the valid slot with the higher sequence is the
+// state, so a torn write leaves the previous state. A file with no valid
+// slot is corruption (term and vote must never go back). The file is
+// created whole by an atomic write. On open the committed end is the end
+// of the entry the state names as committed, never below the log's start.
+//
+// Retention of a replicated partition records the new start (the last
+// entry it removes) in the state file before removing segments, so that
+// Raft can still ask the term at FirstIndex-1. Compaction keeps every
+// replication entry, emptied if need be, so that the log stays readable by
+// index (a batch of a single node's log left empty is dropped, as before).
+// Retention and compaction only touch segments wholly below the committed
+// end.
+//
+// A snapshot (ReplicaLog.Snapshot) describes the sealed, committed
+// segments of a log; encoded (Snapshot.MarshalBinary):
+//
+//	"SLSN" | version u8 (1) | index u64 | term u64 | start index u64 |
+//	start term u64 | next offset i64 | layout u64 | count u32 |
+//	count × (base i64, size i64, last index u64, last term u64) | CRC-32C u32
+//
+// ReadSegment serves their bytes while the sender's sealed segments stay
+// as they were (layout, a per-process random value changed by every
+// compaction swap, retention, truncation and install); a receiver stages
+// them as <base>.log.staged files (StageSegment, verified by Finish) and
+// InstallSnapshot replaces its whole log by them: it writes the
+// descriptor to a snapshot-install marker, removes every other segment,
+// index and producer snapshot, renames the staged files into place,
+// creates the empty active segment at the next offset, records the new
+// start and commit in the state file and removes the marker. Every step is
+// idempotent: an open that finds the marker completes the install; an
+// open without one removes staged files.
 //
 // # Limits
 //
