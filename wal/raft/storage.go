@@ -163,7 +163,13 @@ func (s *storage) append(ctx context.Context, ents []*pb.Entry) (truncatedAfter 
 			// Its timestamp is fixed so that every replica writes the same
 			// bytes.
 			b = wal.EncodeControlBatch(next, e.GetTerm(), e.GetIndex(), nil, time.UnixMilli(0))
+		case ok && !place.Control && place.BaseOffset != next && place.BaseOffset != 0:
+			// Placed by another replica at another offset: the logs differ
+			// before this entry, which Raft's log matching rules out.
+			return truncatedAfter, fmt.Errorf("%s: entry %d was written at offset %d elsewhere, here it goes at %d",
+				s.rl.Name(), e.GetIndex(), place.BaseOffset, next)
 		case ok && !place.Control && place.BaseOffset != next:
+			// Proposed unplaced (offset 0): it takes the next offset.
 			if b, err = wal.PlaceBatch(b, next); err != nil {
 				return truncatedAfter, fmt.Errorf("%s: entry %d: %w", s.rl.Name(), e.GetIndex(), err)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -402,5 +403,20 @@ func TestStorageRefusesCommittedTruncation(t *testing.T) {
 	wrong[0].Index = new(uint64(11))
 	if _, err := m.st.append(ctx, wrong); err == nil {
 		t.Fatal("entry 11 holding the batch of entry 12 accepted")
+	}
+	// An entry another replica placed at another offset means the logs
+	// differ: refused. An unplaced one (offset 0) is placed here.
+	elsewhere, _ := mkEntries(t, 11, 1, 1, next+7)
+	if _, err := m.st.append(ctx, elsewhere); err == nil || !strings.Contains(err.Error(), "was written at offset") {
+		t.Fatalf("entry placed at another offset: %v", err)
+	}
+	unplaced, _ := mkEntries(t, 11, 1, 1, 0)
+	if _, err := m.st.append(ctx, unplaced); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := m.rl.Batch(11); err != nil {
+		t.Fatal(err)
+	} else if info, _ := wal.DecodeBatchInfo(b); info.BaseOffset != next {
+		t.Fatalf("unplaced entry written at offset %d, want %d", info.BaseOffset, next)
 	}
 }
