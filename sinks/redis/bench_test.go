@@ -38,7 +38,9 @@ type rawLoader struct {
 
 func newRawLoader(b *testing.B, keys, pipe int) *rawLoader {
 	addr, db := testDB(b)
-	return &rawLoader{b: b, c: client(b, addr, db), gen: sinktest.NewSmall(1, keys), pipe: pipe}
+	c := goredis.NewClient(&goredis.Options{Addr: addr, DB: db, Protocol: 2}) // as the sink's
+	b.Cleanup(func() { c.Close() })
+	return &rawLoader{b: b, c: c, gen: sinktest.NewSmall(1, keys), pipe: pipe}
 }
 
 func (r *rawLoader) load(n int) time.Duration {
@@ -114,7 +116,7 @@ func (l *sinkLoader) load(n int) time.Duration {
 }
 
 // cpuSeconds returns the CPU time the Redis server and this process have used so far.
-func cpuSeconds(b *testing.B, c *goredis.Client) (redis, self float64) {
+func cpuSeconds(b testing.TB, c *goredis.Client) (redis, self float64) {
 	info, err := c.Info(context.Background(), "cpu").Result()
 	if err != nil {
 		b.Fatal(err)

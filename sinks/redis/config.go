@@ -45,6 +45,7 @@ const (
 	KeyRetryBackoff   = "retry.backoff.ms"
 	KeyRetryBackoffMx = "retry.backoff.max.ms"
 	KeyCleanupDelay   = "rebuild.cleanup.delay.ms"
+	KeyVersionCache   = "redis.version.cache.size"
 )
 
 // The values of redis.type.
@@ -85,7 +86,7 @@ func configDef() connect.ConfigDef {
 		{Name: KeyTimeout, Type: connect.TypeLong, Default: "60", HasDefault: true, Check: connect.AtLeast(1), Group: "Connection", Importance: connect.Low,
 			Doc: "Seconds to wait for a connection or an answer."},
 		{Name: KeyCluster, Type: connect.TypeBoolean, Default: "false", HasDefault: true, Group: "Connection", Importance: connect.Low, Check: checkFalse,
-			Doc: "Only false: the sink applies a batch in one server-side script, which Redis Cluster allows only within one hash slot."},
+			Doc: "Only false: the sink applies a chunk of records in one MULTI/EXEC transaction, which Redis Cluster allows only within one hash slot."},
 		{Name: KeyType, Type: connect.TypeString, Default: TypeHash, HasDefault: true, Enum: []string{TypeHash, TypeJSON, TypeStream, "string"}, Group: "Data", Importance: connect.High,
 			Doc: "hash: one hash per row, a field per non-null column; json: the row as a JSON string (string is a synonym); stream: every change event appended (XADD) to a stream per table."},
 		{Name: KeyKey, Type: connect.TypeString, Group: "Data", Importance: connect.High, Check: checkKeyTemplate,
@@ -102,12 +103,14 @@ func configDef() connect.ConfigDef {
 			Doc: "stream: trim each stream to about this many entries (XADD MAXLEN ~); 0: never trim."},
 		{Name: KeyMetaPrefix, Type: connect.TypeString, Default: "__sluice:${connector}:", HasDefault: true, Group: "Data", Importance: connect.Low, Check: checkMetaPrefix,
 			Doc: "Prefix of the keys sluice keeps beside the view: version markers, the live generation pointer (<prefix>live) and rebuilt generations. ${connector} is the connector's name; empty means the default."},
+		{Name: KeyVersionCache, Type: connect.TypeInt, Default: "500000", HasDefault: true, Check: connect.AtLeast(0), Group: "Data", Importance: connect.Low,
+			Doc: "The most row versions the sink remembers (about 120 bytes each), so that writes to those rows need not read their version markers; 0: read every marker."},
 		{Name: KeyWaitReplicas, Type: connect.TypeInt, Default: "0", HasDefault: true, Check: connect.AtLeast(0), Group: "Data", Importance: connect.Low,
 			Doc: "After each batch, WAIT until this many replicas have it (a retriable error otherwise); 0: do not wait."},
 		{Name: KeyWaitTimeout, Type: connect.TypeLong, Default: "1000", HasDefault: true, Check: connect.AtLeast(0), Group: "Data", Importance: connect.Low,
 			Doc: "Milliseconds WAIT waits for the replicas."},
 		{Name: KeyBatchSize, Type: connect.TypeInt, Default: "500", HasDefault: true, Check: connect.InRange(1, 100000), Group: "Connector", Importance: connect.Medium,
-			Doc: "The most records one server-side script call applies; a Write makes its calls one after the other, preparing the next while one runs."},
+			Doc: "The most records one MULTI/EXEC transaction applies; a Write applies its chunks one after the other, preparing the next while one runs."},
 		{Name: KeyMaxRetries, Type: connect.TypeInt, Default: "10", HasDefault: true, Check: connect.AtLeast(0), Group: "Connector", Importance: connect.Low,
 			Doc: "How often a Write is retried after a connection error or a busy server (OOM, LOADING, BUSY, READONLY...) before it fails and the task is restarted from the last committed offsets."},
 		{Name: KeyRetryBackoff, Type: connect.TypeLong, Default: "100", HasDefault: true, Check: connect.AtLeast(0), Group: "Connector", Importance: connect.Low,
@@ -117,7 +120,7 @@ func configDef() connect.ConfigDef {
 		{Name: KeyCleanupDelay, Type: connect.TypeLong, Default: "10000", HasDefault: true, Check: connect.AtLeast(0), Group: "Rebuild", Importance: connect.Low,
 			Doc: "Milliseconds between a rebuild's switch and the deletion of the old generation's keys, so readers that looked up the pointer just before can finish."},
 		ignored("linger.ms", "each Write is applied before it returns; batches come from the runtime (consumer.override.max.poll.records)."),
-		ignored("redis.multiexec", "each script call is atomic already."),
+		ignored("redis.multiexec", "each chunk of records is one MULTI/EXEC transaction already."),
 		ignored("redis.pool", "the sink uses one connection at a time."),
 		ignored("redis.charset", "keys and values are written as UTF-8."),
 		ignored("redis.key.password", "use an unencrypted key file."),
@@ -181,6 +184,8 @@ type options struct {
 	backoff     time.Duration
 	backoffMax  time.Duration
 	cleanDelay  time.Duration
+	cacheSize   int
+	connector   string
 }
 
 func parseOptions(cfg connect.Config, env connect.Env) (*options, error) {
@@ -196,6 +201,8 @@ func parseOptions(cfg connect.Config, env connect.Env) (*options, error) {
 		backoff:     cfg.Millis(KeyRetryBackoff),
 		backoffMax:  cfg.Millis(KeyRetryBackoffMx),
 		cleanDelay:  cfg.Millis(KeyCleanupDelay),
+		cacheSize:   int(cfg.Int(KeyVersionCache)),
+		connector:   env.Connector,
 	}
 	if o.typ == "string" {
 		o.typ = TypeJSON
@@ -279,5 +286,6 @@ func clientOptions(cfg connect.Config) (*goredis.Options, error) {
 	co.MaxRetries = -1 // the sink retries whole batches, with its own backoff
 	co.PoolSize = 4
 	co.DisableIdentity = true
+	co.Protocol = 2 // RESP3's push notifications are not used, and checking for them costs per reply
 	return co, nil
 }

@@ -10,10 +10,12 @@
 //     per table.
 //   - A change event with op c, u or r writes its after image; op d, a tombstone and a flat row
 //     whose __deleted is "true" delete the key (stream: append the delete); op t is skipped.
-//   - Every write is guarded by the record's version, kept in a marker key beside the row and
-//     compared in a server-side script, so a replayed or reordered older event never
-//     overwrites a newer one; a delete keeps its marker for redis.delete.marker.ttl seconds so
-//     a late older write cannot bring the row back. Refusals are counted (Stats), not errors.
+//   - Every write is guarded by the record's version, kept in a marker key beside the row,
+//     so a replayed or reordered older event never overwrites a newer one; a delete keeps its
+//     marker for redis.delete.marker.ttl seconds so a late older write cannot bring the row
+//     back. The sink decides against the markers it remembers or reads, and writes rows and
+//     markers of batch.size records in one MULTI/EXEC transaction, fenced by the generation's
+//     owner key (apply.go). Refusals are counted (Stats), not errors.
 //   - Columns listed in __sluice.unchanged keep their stored value (hash: only the given fields
 //     are set; json: the stored row is read and merged).
 //   - A rebuild (connect.Rebuilder) writes a fresh generation under a prefix and switches the

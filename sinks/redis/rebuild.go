@@ -37,7 +37,14 @@ func (s *Sink) genPrefix(gen int) string {
 	return s.o.meta + "g" + strconv.Itoa(gen) + ":"
 }
 
+// setGeneration makes s write generation gen; what it remembered of another generation's
+// markers is dropped, and it takes the generation's owner key at its next write.
 func (s *Sink) setGeneration(gen int) {
+	if gen != s.gen {
+		s.cache.clear()
+		s.epoch = 0
+		s.dropConn() // it WATCHes the other generation's owner key
+	}
 	s.gen = gen
 	s.prefix = s.genPrefix(gen)
 }
@@ -136,6 +143,9 @@ func (s *Sink) FinishRebuild(ctx context.Context, rebuilt connect.Sink) error {
 		return fmt.Errorf("finish rebuild: switch to generation %d: %w", r.gen, err)
 	}
 	s.setGeneration(r.gen)
+	// r wrote every marker of the generation up to here and writes no more: what it remembers
+	// is what s would read
+	s.cache, r.cache = r.cache, newVersionCache(r.o.cacheSize)
 	s.log.Info("rebuild finished", "generation", r.gen, "prefix", r.prefix, "old_generation", old, "cleanup_delay", s.o.cleanDelay)
 	return s.resumeCleanup(ctx)
 }
@@ -153,6 +163,9 @@ func (s *Sink) AbortRebuild(ctx context.Context, rebuilt connect.Sink) error {
 		}
 	}
 	if err := s.rdb.SRem(ctx, s.metaKey("building"), r.gen).Err(); err != nil {
+		return fmt.Errorf("abort rebuild: %w", err)
+	}
+	if err := s.rdb.Del(ctx, s.metaKey("owner:"+strconv.Itoa(r.gen))).Err(); err != nil {
 		return fmt.Errorf("abort rebuild: %w", err)
 	}
 	s.log.Info("rebuild aborted", "generation", r.gen)
@@ -261,6 +274,9 @@ func (s *Sink) cleanStep(ctx context.Context, c *cleanupState) error {
 	c.phase++
 	if c.phase <= 2 {
 		return nil
+	}
+	if err := s.rdb.Del(ctx, s.metaKey("owner:"+gs)).Err(); err != nil {
+		return fmt.Errorf("clean up generation %d: %w", g, err)
 	}
 	if err := s.rdb.SRem(ctx, s.metaKey("cleanup"), g).Err(); err != nil {
 		return fmt.Errorf("clean up generation %d: %w", g, err)

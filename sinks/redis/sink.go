@@ -37,14 +37,24 @@ type Sink struct {
 	cleanup *cleanupState
 	cleanAt time.Time
 
-	// noGuard turns the version guard off (for measuring its cost).
+	// noGuard turns the version guard off (for measuring its cost): no markers are read or
+	// written, and a whole row is written over the stored hash without removing other fields.
 	noGuard bool
 
 	counters counters
 	sleep    func(ctx context.Context, d time.Duration) error
 
+	// Used by the goroutine that applies chunks (apply.go), one Write at a time.
+	conn     *goredis.Conn // sends the transactions
+	watching bool          // conn WATCHes the owner key, seen holding epoch after the WATCH
+	epoch    int64         // this instance's epoch in the owner key; 0: not taken yet
+	cache    *versionCache
+	spare    []*plan
+
 	ops []op
 	buf []byte
+	// strs holds a Write's string arguments, boxed as *string (no allocation per argument)
+	strs []string
 }
 
 // New builds a sink from a validated configuration. It does no I/O (Open connects).
@@ -60,10 +70,10 @@ func newSink(o *options, log *slog.Logger) *Sink {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Sink{o: o, log: log, sleep: sleepCtx}
+	return &Sink{o: o, log: log, sleep: sleepCtx, cache: newVersionCache(o.cacheSize)}
 }
 
-// Open connects, loads the script and reads which generation is live.
+// Open connects and reads which generation is live.
 func (s *Sink) Open(ctx context.Context) error {
 	if s.rdb == nil {
 		s.rdb = goredis.NewClient(s.o.client)
@@ -73,9 +83,6 @@ func (s *Sink) Open(ctx context.Context) error {
 			return connect.Permanentf("open redis sink: %w", err)
 		}
 		return fmt.Errorf("open redis sink: %w", err)
-	}
-	if err := applyScript.Load(ctx, s.rdb).Err(); err != nil {
-		return fmt.Errorf("open redis sink: load script: %w", err)
 	}
 	if s.rebuild != nil {
 		return nil
@@ -102,6 +109,7 @@ func (s *Sink) Close(ctx context.Context) error {
 	if s.rdb == nil {
 		return nil
 	}
+	s.dropConn()
 	if s.rebuild == nil && s.cleanup != nil {
 		if err := s.runCleanup(ctx, -1); err != nil {
 			s.log.Warn("clean up the generation a rebuild replaced", "err", err)
@@ -123,7 +131,10 @@ type Stats struct {
 	// Conflicts counts writes the version guard refused because a newer version is stored:
 	// replays and reordered events. They are expected, not errors.
 	Conflicts int64
-	// Retries counts batches sent again after a connection error or a busy server.
+	// MarkersRead counts version markers read from Redis because the version cache did not
+	// hold them (rows not written since the sink started, or evicted from the cache).
+	MarkersRead int64
+	// Retries counts chunks sent again after a connection error or a busy server.
 	Retries int64
 	// Rejected counts records rejected for good; Skipped those with nothing to do.
 	Rejected, Skipped int64
@@ -136,8 +147,8 @@ type Stats struct {
 }
 
 type counters struct {
-	written, deleted, conflicts, retries, rejected, skipped, partialMissing atomic.Int64
-	batches, batchNanos, lastBatchNanos                                     atomic.Int64
+	written, deleted, conflicts, markersRead, retries, rejected, skipped, partialMissing atomic.Int64
+	batches, batchNanos, lastBatchNanos                                                  atomic.Int64
 }
 
 // Stats returns the counters. Safe to call concurrently with Write.
@@ -145,30 +156,37 @@ func (s *Sink) Stats() Stats {
 	c := &s.counters
 	return Stats{
 		Written: c.written.Load(), Deleted: c.deleted.Load(), Conflicts: c.conflicts.Load(),
-		Retries: c.retries.Load(), Rejected: c.rejected.Load(), Skipped: c.skipped.Load(),
-		PartialMissing: c.partialMissing.Load(), Batches: c.batches.Load(),
+		MarkersRead: c.markersRead.Load(), Retries: c.retries.Load(), Rejected: c.rejected.Load(),
+		Skipped: c.skipped.Load(), PartialMissing: c.partialMissing.Load(), Batches: c.batches.Load(),
 		BatchTime: time.Duration(c.batchNanos.Load()), LastBatchTime: time.Duration(c.lastBatchNanos.Load()),
 	}
 }
 
-// op is one record turned into one script operation.
+// op is one record turned into one write.
 type op struct {
-	rec     int
-	kind    byte   // H, P, J, D, X
-	fp      string // H: the fingerprint of the row's column names
-	key     string
-	vkey    string
-	version string // "" = unguarded
-	args    []any
-	// json partial updates: the row and the columns to keep from the stored one
-	row  connect.Row
-	keep []string
+	rec  int
+	kind byte // H (a whole hash), P (part of a hash), J (json), D (delete), X (stream entry)
+	key  string
+	vkey string // the row's version marker
+	id   rowID  // vkey's name in the version cache
+	// guarded is false for records without a version (and stream records without an offset):
+	// they apply whatever the stored version.
+	guarded  bool
+	ver, off int64
+	fp       uint32 // H: the fingerprint of the row's column names
+	args     []any  // H, P: HSET key field value ...; J: the document; X: XADD key ... * field value ...
+	nulls    []any  // H, P: HDEL key field ... (the NULL columns)
+	row      connect.Row
+	// json partial updates: the image and the columns to keep from the stored row
+	partial bool
+	image   connect.Row
+	keep    []string
 }
 
-// Write applies the batch: the operations of batch.size records go to one script call, and
-// the calls are pipelined. It returns once every record is applied, refused as stale
-// (counted), or rejected (a *connect.WriteError). Connection errors and a busy server are
-// retried with backoff; after max.retries Write returns a retriable error.
+// Write applies the batch in chunks of batch.size records, one after the other (apply.go),
+// preparing the next chunk while one is applied. It returns once every record is applied,
+// refused as stale (counted), or rejected (a *connect.WriteError). Connection errors and a
+// busy server are retried with backoff; after max.retries Write returns a retriable error.
 func (s *Sink) Write(ctx context.Context, batch []connect.Record) error {
 	t0 := time.Now()
 	defer func() {
@@ -183,14 +201,22 @@ func (s *Sink) Write(ctx context.Context, batch []connect.Record) error {
 			s.log.Warn("clean up the generation a rebuild replaced", "err", err)
 		}
 	}
-	var failed []connect.RecordError
-	ops := s.ops[:0]
-	// Script calls run while the next ones are prepared, unless json partial updates need the
-	// stored rows read first.
-	var ex *executor
-	if s.o.typ != TypeJSON || !anyUnchanged(batch) {
-		ex = s.startExecutor(ctx)
+	// ops never grows past its capacity, so the chunks the executor holds are never copied
+	if cap(s.ops) < len(batch) {
+		s.ops = make([]op, 0, len(batch))
 	}
+	ops := s.ops[:0]
+	if cap(s.strs) < 12*len(batch) {
+		s.strs = make([]string, 0, 12*len(batch))
+	}
+	defer func() {
+		clear(ops[:cap(ops)])
+		s.ops = ops[:0]
+		clear(s.strs)
+		s.strs = s.strs[:0]
+	}()
+	var failed []connect.RecordError
+	ex := s.startExecutor(ctx)
 	sent := 0
 	for i := range batch {
 		o, ok, err := s.toOp(&batch[i], i)
@@ -202,33 +228,23 @@ func (s *Sink) Write(ctx context.Context, batch []connect.Record) error {
 		if ok {
 			ops = append(ops, o)
 		}
-		if ex != nil && len(ops)-sent >= s.o.batchSize {
-			ex.submit(ops[sent:])
+		if len(ops)-sent >= s.o.batchSize {
+			ex.submit(ops[sent:len(ops):len(ops)])
 			sent = len(ops)
 		}
 	}
-	s.ops = ops
-	if len(ops) > 0 || ex != nil {
-		var results []callResult
-		var err error
-		if ex != nil {
-			if sent < len(ops) {
-				ex.submit(ops[sent:])
-			}
-			results, err = ex.finish()
-			if err != nil && ctx.Err() == nil && transient(err) {
-				results, err = s.applyWithRetry(ctx, ops, err)
-			} else if err != nil {
-				err = fmt.Errorf("write to redis: %w", err)
-			}
-		} else {
-			results, err = s.applyWithRetry(ctx, ops, nil)
-		}
-		if err != nil {
-			return err
-		}
-		failed = append(failed, s.settle(results)...)
+	if sent < len(ops) {
+		ex.submit(ops[sent:len(ops):len(ops)])
 	}
+	res, err := ex.finish()
+	if err != nil {
+		return err
+	}
+	s.counters.written.Add(res.written)
+	s.counters.deleted.Add(res.deleted)
+	s.counters.conflicts.Add(res.conflicts)
+	s.counters.rejected.Add(int64(len(res.rejected)))
+	failed = append(failed, res.rejected...)
 	if len(failed) > 0 {
 		sort.Slice(failed, func(i, j int) bool { return failed[i].Index < failed[j].Index })
 		return &connect.WriteError{Failed: failed}
@@ -236,13 +252,170 @@ func (s *Sink) Write(ctx context.Context, batch []connect.Record) error {
 	return nil
 }
 
-func anyUnchanged(batch []connect.Record) bool {
-	for i := range batch {
-		if _, ok := batch[i].Headers.Get(connect.HeaderUnchanged); ok {
-			return true
+// executor applies chunks one after the other in a goroutine of its own, while Write prepares
+// the next ones; while a chunk's transaction runs, it plans the next one (apply.go).
+type executor struct {
+	s    *Sink
+	ctx  context.Context
+	in   chan []op
+	done chan struct{}
+	res  chunkResult
+	last []op // the last chunk applied
+	err  error
+}
+
+func (s *Sink) startExecutor(ctx context.Context) *executor {
+	e := &executor{s: s, ctx: ctx, in: make(chan []op, 1), done: make(chan struct{})}
+	go e.run()
+	return e
+}
+
+func (e *executor) submit(ops []op) { e.in <- ops }
+
+func (e *executor) run() {
+	defer close(e.done)
+	s := e.s
+	var fl *flight
+	for ops := range e.in {
+		if e.err != nil {
+			continue // drain
+		}
+		var p *plan
+		var err error
+		if fl != nil {
+			p, err = s.plan(e.ctx, ops, fl.p) // against what the chunk in flight leaves
+			clean := e.settle(fl)
+			fl = nil
+			if e.err != nil {
+				continue
+			}
+			if !clean || !s.watching && !s.noGuard {
+				if p != nil {
+					s.release(p)
+				}
+				p, err = nil, nil // what the plan assumed did not happen
+			}
+		}
+		if p == nil && err == nil {
+			p, err = s.plan(e.ctx, ops, nil)
+		}
+		if err != nil {
+			s.forget(ops)
+			r, err := s.applyWithRetry(e.ctx, ops, err)
+			if err != nil {
+				e.err = err
+				continue
+			}
+			e.res.add(r)
+			e.last = ops
+			continue
+		}
+		fl = s.send(e.ctx, p)
+	}
+	if fl != nil && e.err == nil {
+		e.settle(fl)
+	}
+	if e.err == nil && s.o.waitN > 0 && e.last != nil {
+		e.err = e.wait()
+	}
+	s.counters.markersRead.Add(e.res.markerReads)
+}
+
+// settle lands fl, applying its chunk again if it failed. clean reports that it was applied
+// as planned, with no command refused.
+func (e *executor) settle(fl *flight) (clean bool) {
+	r, clean, err := e.s.land(e.ctx, fl)
+	ops := fl.p.ops
+	e.s.release(fl.p)
+	if err != nil {
+		clean = false
+		if r, err = e.s.applyWithRetry(e.ctx, ops, err); err != nil {
+			e.err = err
+			return false
 		}
 	}
-	return false
+	e.res.add(r)
+	e.last = ops
+	return clean
+}
+
+// wait WAITs for redis.wait.replicas replicas to have the Write: on the connection that sent
+// the last chunk (WAIT counts what its connection wrote, and replicas apply in order), or
+// after applying the last chunk again on a new one.
+func (e *executor) wait() error {
+	s := e.s
+	var err error
+	for attempt := 0; ; attempt++ {
+		if err != nil {
+			if err = s.retryable(e.ctx, err, attempt, len(e.last)); err != nil {
+				return err
+			}
+		}
+		if s.conn == nil {
+			if _, err = s.applyOnce(e.ctx, e.last); err != nil {
+				continue
+			}
+		}
+		var n int64
+		n, err = s.conn.Wait(e.ctx, s.o.waitN, s.o.waitTimeout).Result()
+		if err == nil && n < int64(s.o.waitN) {
+			err = fmt.Errorf("wait: %d of %d replicas acknowledged the batch within %v", n, s.o.waitN, s.o.waitTimeout)
+		}
+		if err == nil {
+			return nil
+		}
+		if !strings.HasPrefix(err.Error(), "wait:") {
+			s.dropConn()
+		}
+	}
+}
+
+// finish waits for the submitted chunks and returns what they did.
+func (e *executor) finish() (chunkResult, error) {
+	close(e.in)
+	<-e.done
+	return e.res, e.err
+}
+
+// forget drops what the cache holds about ops' rows and the connection, after a failure.
+func (s *Sink) forget(ops []op) {
+	for i := range ops {
+		s.cache.drop(ops[i].id)
+	}
+	s.dropConn()
+}
+
+// applyWithRetry applies a chunk after its first attempt failed with err, retrying transient
+// failures (the operations are idempotent under the guard).
+func (s *Sink) applyWithRetry(ctx context.Context, ops []op, err error) (chunkResult, error) {
+	for attempt := 0; ; attempt++ {
+		if err = s.retryable(ctx, err, attempt, len(ops)); err != nil {
+			return chunkResult{}, err
+		}
+		var res chunkResult
+		if res, err = s.applyOnce(ctx, ops); err == nil {
+			return res, nil
+		}
+	}
+}
+
+// retryable returns nil after the backoff before retry attempt+1 of a failure err, or the
+// error to give up with.
+func (s *Sink) retryable(ctx context.Context, err error, attempt, records int) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if !errors.Is(err, errWatch) && !transient(err) {
+		return fmt.Errorf("write to redis: %w", err)
+	}
+	if attempt >= s.o.maxRetries {
+		return fmt.Errorf("write to redis: still failing after %d retries: %w", attempt, err)
+	}
+	d := s.backoff(attempt)
+	s.counters.retries.Add(1)
+	s.log.Warn("redis write failed; retrying", "records", records, "attempt", attempt+1,
+		"max_retries", s.o.maxRetries, "backoff", d, "err", err)
+	return s.sleep(ctx, d)
 }
 
 // toOp interprets a record. ok=false: nothing to do.
@@ -285,13 +458,12 @@ func (s *Sink) toOp(r *connect.Record, i int) (op, bool, error) {
 		v = append(v, name...)
 	}
 	o.vkey = string(v)
+	o.id = idOf(o.vkey)
 	s.buf = b[:0]
 	if s.o.typ == TypeStream {
 		return s.streamOp(o, r, ch)
 	}
-	if r.Version != 0 {
-		o.version = pad19(r.Version)
-	}
+	o.guarded, o.ver = r.Version != 0, r.Version
 	if ch.Kind == change.Delete {
 		o.kind = 'D'
 		return o, true, nil
@@ -299,8 +471,10 @@ func (s *Sink) toOp(r *connect.Record, i int) (op, bool, error) {
 	switch s.o.typ {
 	case TypeJSON:
 		o.kind = 'J'
+		o.row = ch.Row
 		if len(ch.Unchanged) > 0 {
-			o.row, o.keep = ch.Row, ch.Unchanged // resolved against the stored row
+			// resolved against the stored row when the chunk is applied
+			o.partial, o.image, o.keep = true, ch.Row, ch.Unchanged
 			return o, true, nil
 		}
 		doc, err := connect.MarshalJSONValue(ch.Row)
@@ -308,7 +482,6 @@ func (s *Sink) toOp(r *connect.Record, i int) (op, bool, error) {
 			return op{}, false, fmt.Errorf("render row: %w", err)
 		}
 		o.args = []any{string(doc)}
-		o.row = ch.Row
 	default:
 		o.kind = 'H'
 		if len(ch.Unchanged) > 0 {
@@ -316,32 +489,33 @@ func (s *Sink) toOp(r *connect.Record, i int) (op, bool, error) {
 		} else {
 			o.fp = fingerprint(ch.Row)
 		}
-		o.args = make([]any, 1, 1+2*len(ch.Row))
-		var dels []any
+		o.args = make([]any, 2, 2+2*len(ch.Row))
+		o.args[0], o.args[1] = "hset", s.box(o.key)
 		for _, f := range ch.Row {
 			if f.Value == nil {
-				dels = append(dels, f.Name)
+				if o.nulls == nil {
+					o.nulls = []any{"hdel", o.args[1]}
+				}
+				o.nulls = append(o.nulls, s.box(f.Name))
 				continue
 			}
 			val, err := fieldValue(f.Value)
 			if err != nil {
 				return op{}, false, fmt.Errorf("column %s: %w", f.Name, err)
 			}
-			o.args = append(o.args, f.Name, val)
+			o.args = append(o.args, s.box(f.Name), s.box(val))
 		}
-		o.args[0] = len(o.args) - 1
-		o.args = append(o.args, dels...)
 	}
 	return o, true, nil
 }
 
 // streamOp builds the XADD of one change: fields op (c, u, r, d), key (the record key's
-// JSON), version, and value (the row's JSON; absent for deletes).
+// JSON), version, and value (the row's JSON; absent for deletes). Only records with a log
+// offset are guarded: a stream entry is appended if its version and offset are newer than the
+// stored ones, so a replay appends nothing twice.
 func (s *Sink) streamOp(o op, r *connect.Record, ch change.Change) (op, bool, error) {
 	o.kind = 'X'
-	if r.Offset >= 0 {
-		o.version = pad19(r.Version) + pad19(r.Offset)
-	}
+	o.guarded, o.ver, o.off = r.Offset >= 0, r.Version, r.Offset
 	key, err := connect.MarshalJSONValue(r.Key)
 	if err != nil {
 		return op{}, false, fmt.Errorf("render key: %w", err)
@@ -352,7 +526,11 @@ func (s *Sink) streamOp(o op, r *connect.Record, ch change.Change) (op, bool, er
 	} else if ch.Kind == change.Write {
 		opName = "u"
 	}
-	o.args = []any{"op", opName, "key", string(key), "version", strconv.FormatInt(r.Version, 10)}
+	o.args = []any{"xadd", o.key}
+	if s.o.maxLen > 0 {
+		o.args = append(o.args, "maxlen", "~", s.o.maxLen)
+	}
+	o.args = append(o.args, "*", "op", opName, "key", string(key), "version", strconv.FormatInt(r.Version, 10))
 	if ch.Kind == change.Write {
 		doc, err := connect.MarshalJSONValue(ch.Row)
 		if err != nil {
@@ -366,23 +544,16 @@ func (s *Sink) streamOp(o op, r *connect.Record, ch change.Change) (op, bool, er
 	return o, true, nil
 }
 
-// kindArg is an operation's kind argument: the kind letter, for H followed by the fingerprint.
-func kindArg(o *op) string {
-	switch o.kind {
-	case 'H':
-		return "H" + o.fp
-	case 'P':
-		return "P"
-	case 'J':
-		return "J"
-	case 'D':
-		return "D"
-	}
-	return "X"
+// box returns v as a command argument without allocating: a *string into the Write's slab.
+// A pointer taken before the slab grows stays valid (the old array is left as it was).
+func (s *Sink) box(v string) any {
+	s.strs = append(s.strs, v)
+	return &s.strs[len(s.strs)-1]
 }
 
-// fingerprint is 8 hex digits of FNV-1a over the row's column names, in order.
-func fingerprint(row connect.Row) string {
+// fingerprint is FNV-1a over the row's column names, in order (kept in the marker as 8 hex
+// digits).
+func fingerprint(row connect.Row) uint32 {
 	h := uint32(2166136261)
 	for _, f := range row {
 		for i := 0; i < len(f.Name); i++ {
@@ -392,26 +563,7 @@ func fingerprint(row connect.Row) string {
 		h ^= 0
 		h *= 16777619
 	}
-	const digits = "0123456789abcdef"
-	var b [8]byte
-	for i := 7; i >= 0; i-- {
-		b[i] = digits[h&15]
-		h >>= 4
-	}
-	return string(b[:])
-}
-
-// pad19 renders a non-negative int64 in 19 digits, so that versions compare as strings.
-func pad19(n int64) string {
-	if n < 0 {
-		n = 0
-	}
-	var b [19]byte
-	for i := 18; i >= 0; i-- {
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	return string(b[:])
+	return h
 }
 
 // renderKey renders the key template for a record.
@@ -461,38 +613,6 @@ func fieldValue(v any) (string, error) {
 	return string(b), err
 }
 
-// applyWithRetry applies ops, retrying the whole batch after transient failures (the
-// operations are idempotent under the guard). first is the failure of an earlier attempt.
-func (s *Sink) applyWithRetry(ctx context.Context, ops []op, first error) ([]callResult, error) {
-	attempt := 0
-	err := first
-	for {
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if !transient(err) {
-				return nil, fmt.Errorf("write to redis: %w", err)
-			}
-			if attempt >= s.o.maxRetries {
-				return nil, fmt.Errorf("write to redis: still failing after %d retries: %w", attempt, err)
-			}
-			d := s.backoff(attempt)
-			s.counters.retries.Add(1)
-			s.log.Warn("redis write failed; retrying", "records", len(ops), "attempt", attempt+1,
-				"max_retries", s.o.maxRetries, "backoff", d, "err", err)
-			if err := s.sleep(ctx, d); err != nil {
-				return nil, err
-			}
-			attempt++
-		}
-		var results []callResult
-		if results, err = s.apply(ctx, ops); err == nil {
-			return results, nil
-		}
-	}
-}
-
 // transient reports whether a failed call is worth retrying: connection errors and a server
 // that is busy, loading, read-only or out of memory.
 func transient(err error) bool {
@@ -504,168 +624,12 @@ func transient(err error) bool {
 		return true
 	}
 	msg := err.Error()
-	for _, p := range []string{"OOM", "READONLY", "BUSY", "LOADING", "MASTERDOWN", "NOREPLICAS", "TRYAGAIN", "MISCONF", "NOSCRIPT", "connection", "i/o timeout", "broken pipe", "reset by peer", "wait:"} {
+	for _, p := range []string{"OOM", "READONLY", "BUSY", "LOADING", "MASTERDOWN", "NOREPLICAS", "TRYAGAIN", "MISCONF", "connection", "i/o timeout", "broken pipe", "reset by peer", "wait:"} {
 		if strings.HasPrefix(msg, p) || strings.Contains(msg, p) {
 			return true
 		}
 	}
 	return false
-}
-
-// callResult is the answer to one script call: its operations, and the script's reply.
-type callResult struct {
-	ops   []op
-	reply []any
-}
-
-// apply sends every operation once: json partial updates are first resolved against the stored
-// rows, then the script calls are pipelined.
-func (s *Sink) apply(ctx context.Context, ops []op) ([]callResult, error) {
-	if err := s.resolveJSON(ctx, ops); err != nil {
-		return nil, err
-	}
-	pipe := s.rdb.Pipeline()
-	var cmds []*goredis.Cmd
-	var results []callResult
-	for start := 0; start < len(ops); start += s.o.batchSize {
-		chunk := ops[start:min(len(ops), start+s.o.batchSize)]
-		keys, args := s.callArgs(chunk)
-		cmds = append(cmds, applyScript.EvalSha(ctx, pipe, keys, args...))
-		results = append(results, callResult{ops: chunk})
-	}
-	if err := s.execPipe(ctx, pipe); err != nil {
-		return nil, err
-	}
-	for i, cmd := range cmds {
-		vals, err := cmd.Slice()
-		if err != nil {
-			return nil, err
-		}
-		results[i].reply = vals
-	}
-	return results, nil
-}
-
-// callArgs builds the KEYS and ARGV of one script call (see applyScript).
-func (s *Sink) callArgs(chunk []op) ([]string, []any) {
-	guard := "1"
-	if s.noGuard {
-		guard = "0"
-	}
-	keys := make([]string, 0, 2*len(chunk))
-	n := 3
-	for i := range chunk {
-		n += 4 + len(chunk[i].args)
-	}
-	args := make([]any, 0, n)
-	args = append(args, s.o.maxLen, s.o.markerTTL, guard)
-	for i := range chunk {
-		o := &chunk[i]
-		keys = append(keys, o.key, o.vkey)
-		args = append(args, kindArg(o), o.version, s.o.ttl, len(o.args))
-		args = append(args, o.args...)
-	}
-	return keys, args
-}
-
-// execPipe runs a pipeline, followed by WAIT when redis.wait.replicas asks for it.
-func (s *Sink) execPipe(ctx context.Context, pipe goredis.Pipeliner) error {
-	var wait *goredis.Cmd
-	if s.o.waitN > 0 {
-		wait = pipe.Do(ctx, "WAIT", s.o.waitN, s.o.waitTimeout.Milliseconds())
-	}
-	_, err := pipe.Exec(ctx)
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		if lerr := applyScript.Load(ctx, s.rdb).Err(); lerr != nil {
-			return fmt.Errorf("load script: %w", lerr)
-		}
-		return err // transient: the retry finds the script
-	}
-	if err != nil {
-		return err
-	}
-	if wait != nil {
-		if n, _ := wait.Int64(); n < int64(s.o.waitN) {
-			return fmt.Errorf("wait: %d of %d replicas acknowledged the batch within %v", n, s.o.waitN, s.o.waitTimeout)
-		}
-	}
-	return nil
-}
-
-// executor runs script calls one after the other in a goroutine of its own, while Write
-// prepares the next ones.
-type executor struct {
-	s       *Sink
-	ctx     context.Context
-	in      chan []op
-	done    chan struct{}
-	results []callResult
-	err     error
-}
-
-func (s *Sink) startExecutor(ctx context.Context) *executor {
-	e := &executor{s: s, ctx: ctx, in: make(chan []op, 1), done: make(chan struct{})}
-	go e.run()
-	return e
-}
-
-func (e *executor) submit(ops []op) { e.in <- ops }
-
-func (e *executor) run() {
-	defer close(e.done)
-	for ops := range e.in {
-		if e.err != nil {
-			continue // drain
-		}
-		keys, args := e.s.callArgs(ops)
-		vals, err := applyScript.EvalSha(e.ctx, e.s.rdb, keys, args...).Slice()
-		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			if lerr := applyScript.Load(e.ctx, e.s.rdb).Err(); lerr != nil {
-				err = fmt.Errorf("load script: %w", lerr)
-			}
-		}
-		if err != nil {
-			e.err = err
-			continue
-		}
-		e.results = append(e.results, callResult{ops: ops, reply: vals})
-	}
-	if e.err == nil && e.s.o.waitN > 0 {
-		n, err := e.s.rdb.Wait(e.ctx, e.s.o.waitN, e.s.o.waitTimeout).Result()
-		if err == nil && n < int64(e.s.o.waitN) {
-			err = fmt.Errorf("wait: %d of %d replicas acknowledged the batch within %v", n, e.s.o.waitN, e.s.o.waitTimeout)
-		}
-		e.err = err
-	}
-}
-
-// finish waits for the submitted calls and returns their results.
-func (e *executor) finish() ([]callResult, error) {
-	close(e.in)
-	<-e.done
-	return e.results, e.err
-}
-
-// settle counts the outcome of applied calls and returns the operations the server refused.
-func (s *Sink) settle(results []callResult) []connect.RecordError {
-	var rejected []connect.RecordError
-	for _, r := range results {
-		conflicts, _ := r.reply[0].(int64)
-		deleted, _ := r.reply[1].(int64)
-		s.counters.conflicts.Add(conflicts)
-		bad := 0
-		for j := 2; j+1 < len(r.reply); j += 2 {
-			n, _ := r.reply[j].(int64)
-			msg, _ := r.reply[j+1].(string)
-			o := &r.ops[n-1]
-			bad++
-			s.counters.rejected.Add(1)
-			rejected = append(rejected, connect.RecordError{Index: o.rec, Err: fmt.Errorf("redis refused the write of %s: %s", o.key, msg)})
-		}
-		s.counters.deleted.Add(deleted)
-		s.counters.written.Add(int64(len(r.ops)-bad) - deleted - conflicts)
-	}
-	return rejected
 }
 
 // backoff is the wait before retry attempt+1: retry.backoff.ms doubled per attempt, capped at
@@ -693,92 +657,4 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// resolveJSON turns json partial updates (rows with unchanged columns) into whole documents:
-// the stored rows and versions are read, the batch is replayed over them in order (simulating
-// the guard), and each partial row gets the stored values of its unchanged columns. As in the
-// Elasticsearch sink, this is correct because one key is written by one task at a time, in log
-// order.
-func (s *Sink) resolveJSON(ctx context.Context, ops []op) error {
-	type state struct {
-		found   bool
-		version string
-		row     connect.Row
-	}
-	states := map[string]*state{}
-	var keys []string
-	for i := range ops {
-		o := &ops[i]
-		if o.kind == 'J' && o.args == nil {
-			if _, ok := states[o.key]; !ok {
-				states[o.key] = nil
-				keys = append(keys, o.key, o.vkey)
-			}
-		}
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	vals, err := s.rdb.MGet(ctx, keys...).Result()
-	if err != nil {
-		return fmt.Errorf("read stored rows for partial updates: %w", err)
-	}
-	for i := 0; i < len(keys); i += 2 {
-		st := &state{}
-		if v, ok := vals[i+1].(string); ok {
-			st.version = v
-		}
-		if doc, ok := vals[i].(string); ok {
-			v, err := connect.ParseJSON([]byte(doc))
-			if err == nil {
-				st.row, _ = v.(connect.Row)
-				st.found = st.row != nil
-			}
-		}
-		states[keys[i]] = st
-	}
-	for i := range ops {
-		o := &ops[i]
-		st, ok := states[o.key]
-		if !ok {
-			continue
-		}
-		applies := s.noGuard || o.version == "" || st.version == "" || o.version >= st.version
-		if o.kind == 'J' && o.args == nil {
-			row := o.row
-			if st.found {
-				row = append(connect.Row(nil), row...)
-				for _, c := range o.keep {
-					if row.Index(c) >= 0 {
-						continue
-					}
-					if v, ok := st.row.Get(c); ok {
-						row = append(row, connect.Field{Name: c, Value: v})
-					}
-				}
-			} else {
-				s.counters.partialMissing.Add(1)
-			}
-			doc, err := connect.MarshalJSONValue(row)
-			if err != nil {
-				return connect.Permanentf("render row: %w", err)
-			}
-			o.args = []any{string(doc)}
-			o.row = row
-		}
-		if !applies {
-			continue
-		}
-		switch o.kind {
-		case 'D':
-			st.found, st.row = false, nil
-		case 'J':
-			st.found, st.row = true, o.row
-		}
-		if o.version != "" {
-			st.version = o.version
-		}
-	}
-	return nil
 }

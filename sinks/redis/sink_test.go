@@ -11,14 +11,19 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/sluice-cdc/sluice/connect"
 	"github.com/sluice-cdc/sluice/e2e/sinks/sinktest"
+	"github.com/sluice-cdc/sluice/sinks/internal/change"
 )
 
 // TestWorkload is the view's main guarantee: a random workload of inserts, updates (some of
 // them partial), deletes, re-inserts and NULLs leaves the keyspace equal to the model, exactly;
 // replaying the whole log twice more changes nothing; and injecting every superseded event
-// again, shuffled, changes nothing and is counted as a conflict each.
+// again, shuffled, changes nothing and is counted as a conflict each. The replays and the
+// injections go through new sink instances, which remember no version (one of them only a
+// few): they must find the versions in Redis, as after a restart.
 func TestWorkload(t *testing.T) {
 	for _, typ := range []string{TypeHash, TypeJSON} {
 		for _, tc := range []struct {
@@ -33,52 +38,90 @@ func TestWorkload(t *testing.T) {
 				addr, db := testDB(t)
 				c := client(t, addr, db)
 				w := sinktest.Generate(sinktest.Options{Seed: 42, Transactions: 1500, Shape: tc.shape, Partial: true, Truncates: true})
-				s := newTestSink(t, addr, db, map[string]string{KeyType: typ, KeyBatchSize: "37"}, nil)
+				sink := func(cache string) *Sink {
+					return newTestSink(t, addr, db, map[string]string{KeyType: typ, KeyBatchSize: "37", KeyVersionCache: cache}, nil)
+				}
 				check := func(when string) {
 					t.Helper()
 					if d := diffKeys(expected(t, w, typ, ""), keyspace(t, c, typ, "")); d != "" {
 						t.Fatalf("%s: keyspace differs from the model:\n%s", when, d)
 					}
 				}
-				writeAll(t, s, w.Records, 1, 300)
+				adds := func(s *Sink, records int) {
+					t.Helper()
+					if st := s.Stats(); st.Written+st.Deleted+st.Conflicts+st.Skipped != int64(records) || st.Written < 0 || st.Deleted < 0 {
+						t.Fatalf("stats %+v do not add up to the %d records written", st, records)
+					}
+				}
+				s1 := sink("500000")
+				writeAll(t, s1, w.Records, 1, 300)
 				check("after the workload")
-				if st := s.Stats(); st.Rejected != 0 || st.Retries != 0 {
+				if st := s1.Stats(); st.Rejected != 0 || st.Retries != 0 {
 					t.Fatalf("stats after the workload: %+v", st)
 				}
+				adds(s1, len(w.Records))
+
+				s2 := sink("16") // a restarted sink that remembers only a few versions
 				for replay := 2; replay <= 3; replay++ {
-					writeAll(t, s, w.Records, uint64(replay), 500)
+					writeAll(t, s2, w.Records, uint64(replay), 500)
 					check("after a replay")
 				}
-				if s.Stats().Conflicts == 0 {
-					t.Fatalf("replays caused no version conflict: the guard is not in use (stats %+v)", s.Stats())
+				if st := s2.Stats(); st.Conflicts == 0 || st.MarkersRead < int64(distinctKeys(t, w.Records)) {
+					t.Fatalf("replays caused no version conflict or read no marker: the guard is not in use (stats %+v)", st)
 				}
-				before := s.Stats().Conflicts
+				adds(s2, 2*len(w.Records))
+
 				stale := make([]connect.Record, len(w.Stale))
 				for i, j := range w.Stale {
 					stale[i] = w.Records[j]
 				}
 				rng := rand.New(rand.NewPCG(9, 9))
-				rng.Shuffle(len(stale), func(i, j int) { stale[i], stale[j] = stale[j], stale[i] })
-				writeAll(t, s, stale, 4, 200)
-				check("after injecting older events out of order")
-				if got := s.Stats().Conflicts - before; got != int64(len(stale)) {
-					t.Fatalf("injecting %d older events counted %d conflicts, want one each", len(stale), got)
+				s3 := sink("500000")   // a restarted sink
+				for round := range 2 { // first reading the markers, then from its cache
+					rng.Shuffle(len(stale), func(i, j int) { stale[i], stale[j] = stale[j], stale[i] })
+					before := s3.Stats()
+					writeAll(t, s3, stale, uint64(4+round), 200)
+					check("after injecting older events out of order")
+					st := s3.Stats()
+					if got := st.Conflicts - before.Conflicts; got != int64(len(stale)) {
+						t.Fatalf("round %d: injecting %d older events counted %d conflicts, want one each", round, len(stale), got)
+					}
+					if round == 1 && st.MarkersRead != before.MarkersRead {
+						t.Fatalf("the second injection read %d markers, want none (all cached)", st.MarkersRead-before.MarkersRead)
+					}
 				}
-				if st := s.Stats(); st.Written+st.Deleted+st.Conflicts+st.Skipped != int64(3*len(w.Records)+len(stale)) || st.Written < 0 || st.Deleted < 0 {
-					t.Fatalf("stats %+v do not add up to the %d records written", st, 3*len(w.Records)+len(stale))
-				}
+				adds(s3, 2*len(stale))
 			})
 		}
 	}
 }
 
 // TestStream: every change is appended once to its table's stream, in log order; replays and
-// older events append nothing.
+// older events append nothing, also through a new sink instance.
 func TestStream(t *testing.T) {
 	addr, db := testDB(t)
 	c := client(t, addr, db)
 	w := sinktest.Generate(sinktest.Options{Seed: 5, Transactions: 400, Shape: sinktest.Envelope, Partial: true, Truncates: true})
 	s := newTestSink(t, addr, db, map[string]string{KeyType: TypeStream}, nil)
+	writeAll(t, s, w.Records, 1, 100)
+	checkStreams(t, c, w, "after the workload")
+	writeAll(t, s, w.Records, 2, 300)
+	checkStreams(t, c, w, "after a replay")
+	var stale []connect.Record
+	for _, i := range w.Stale {
+		stale = append(stale, w.Records[i])
+	}
+	writeAll(t, s, stale, 3, 50)
+	checkStreams(t, c, w, "after older events")
+	s2 := newTestSink(t, addr, db, map[string]string{KeyType: TypeStream}, nil)
+	writeAll(t, s2, w.Records, 4, 200)
+	checkStreams(t, c, w, "after a replay through a new sink")
+}
+
+// checkStreams checks that each table's stream holds every change of the workload once, in log
+// order.
+func checkStreams(t *testing.T, c *goredis.Client, w *sinktest.Workload, when string) {
+	t.Helper()
 	want := map[string][]map[string]any{}
 	for _, r := range w.Records {
 		ev, err := connect.ParseChangeEvent(r.Value)
@@ -96,41 +139,28 @@ func TestStream(t *testing.T) {
 		}
 		want[table] = append(want[table], e)
 	}
-	check := func(when string) {
-		t.Helper()
-		for table, entries := range want {
-			msgs, err := c.XRange(testCtx(t), table, "-", "+").Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(msgs) != len(entries) {
-				t.Fatalf("%s: stream %s has %d entries, want %d", when, table, len(msgs), len(entries))
-			}
-			for i, m := range msgs {
-				got := map[string]any{}
-				for k, v := range m.Values {
-					if k == "key" || k == "value" {
-						got[k] = asJSON(t, v)
-					} else {
-						got[k] = v
-					}
+	for table, entries := range want {
+		msgs, err := c.XRange(testCtx(t), table, "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) != len(entries) {
+			t.Fatalf("%s: stream %s has %d entries, want %d", when, table, len(msgs), len(entries))
+		}
+		for i, m := range msgs {
+			got := map[string]any{}
+			for k, v := range m.Values {
+				if k == "key" || k == "value" {
+					got[k] = asJSON(t, v)
+				} else {
+					got[k] = v
 				}
-				if d := diffKeys(map[string]any{"e": entries[i]}, map[string]any{"e": got}); d != "" {
-					t.Fatalf("%s: stream %s entry %d:\n%s", when, table, i, d)
-				}
+			}
+			if d := diffKeys(map[string]any{"e": entries[i]}, map[string]any{"e": got}); d != "" {
+				t.Fatalf("%s: stream %s entry %d:\n%s", when, table, i, d)
 			}
 		}
 	}
-	writeAll(t, s, w.Records, 1, 100)
-	check("after the workload")
-	writeAll(t, s, w.Records, 2, 300)
-	check("after a replay")
-	var stale []connect.Record
-	for _, i := range w.Stale {
-		stale = append(stale, w.Records[i])
-	}
-	writeAll(t, s, stale, 3, 50)
-	check("after older events")
 }
 
 // TestPartialUpdate: a TOAST-style update keeps the stored value of the unchanged column, in
@@ -232,6 +262,29 @@ func TestRejected(t *testing.T) {
 	if v, err := c.Get(ctx, "t:2").Result(); err != nil || v != "a string" {
 		t.Fatalf("t:2 = %q, %v: a refused write changed it", v, err)
 	}
+	if n, _ := c.Exists(ctx, meta+"v:0:t:2").Result(); n != 0 {
+		t.Fatal("the refused write left a version marker")
+	}
+	// a row with a marker: the refused write sets it back, so the record can be written again
+	// once the key is free
+	mustWrite(t, s, connect.Record{Topic: "db.s.t", Key: connect.Row{{Name: "id", Value: int64(4)}}, Version: 5,
+		Value: connect.Row{{Name: "id", Value: int64(4)}}})
+	before, _ := c.Get(ctx, meta+"v:0:t:4").Result()
+	c.Del(ctx, "t:4")
+	c.Set(ctx, "t:4", "a string", 0)
+	err = s.Write(ctx, []connect.Record{rec(4)})
+	if !errors.As(err, &we) || len(we.Failed) != 1 || we.Failed[0].Index != 0 {
+		t.Fatalf("write over a string: %v, want record 0 rejected", err)
+	}
+	if after, _ := c.Get(ctx, meta+"v:0:t:4").Result(); after != before || len(before) != 27 {
+		t.Fatalf("marker of the refused write %q, want it back at %q", after, before)
+	}
+	c.Del(ctx, "t:4")
+	mustWrite(t, s, rec(4))
+	if v, _ := c.HGetAll(ctx, "t:4").Result(); v["id"] != "4" {
+		t.Fatalf("t:4 after the key was freed: %v", v)
+	}
+	c.Del(ctx, "t:4")
 	c.Del(ctx, "t:2")
 	got := keyspace(t, c, TypeHash, "")
 	if d := diffKeys(want, got); d != "" {
@@ -308,6 +361,63 @@ func TestHashReplace(t *testing.T) {
 	mustWrite(t, s, connect.Record{Topic: "db.s.t", Key: key, Version: 2,
 		Value: connect.Row{{Name: "id", Value: int64(1)}, {Name: "a", Value: nil}, {Name: "b", Value: "y2"}}})
 	if d := diffKeys(map[string]any{"t:1": map[string]string{"id": "1", "b": "y2"}}, keyspace(t, c, TypeHash, "")); d != "" {
+		t.Fatal(d)
+	}
+}
+
+func distinctKeys(t *testing.T, recs []connect.Record) int {
+	keys := map[string]bool{}
+	for _, r := range recs {
+		if r.Key == nil {
+			continue // truncates
+		}
+		k, err := change.AppendKey([]byte(r.Topic+"/"), r.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[string(k)] = true
+	}
+	return len(keys)
+}
+
+// TestOwner: a second instance of the connector's sink takes the generation over; the first
+// one's next Write fails with a permanent error that names the cause, and changes nothing (it
+// would otherwise write an older version its cache allows over the newer one). A sink whose
+// owner key disappeared (the keyspace was flushed) fails with a retriable error, and a new
+// instance writes again.
+func TestOwner(t *testing.T) {
+	addr, db := testDB(t)
+	c := client(t, addr, db)
+	ctx := testCtx(t)
+	rec := func(id, v int64, name string) connect.Record {
+		return connect.Record{Topic: "db.s.t", Key: connect.Row{{Name: "id", Value: id}}, Version: v,
+			Value: connect.Row{{Name: "id", Value: id}, {Name: "name", Value: name}}}
+	}
+	row := func(id int64, name string) map[string]string {
+		return map[string]string{"id": strconv.FormatInt(id, 10), "name": name}
+	}
+	s1 := newTestSink(t, addr, db, nil, nil)
+	mustWrite(t, s1, rec(1, 1, "a"))
+	s2 := newTestSink(t, addr, db, nil, nil)
+	mustWrite(t, s2, rec(1, 3, "c"))
+	err := s1.Write(ctx, []connect.Record{rec(1, 2, "b"), rec(2, 2, "x")})
+	if err == nil || connect.IsRetriable(err) || !strings.Contains(err.Error(), "another sink instance writes generation 0 of connector test (epoch 2 in __sluice:test:owner:0, this one's is 1): run each connector in one sluice process") {
+		t.Fatalf("write of the replaced instance: %v, want a permanent error naming the other instance", err)
+	}
+	if d := diffKeys(map[string]any{"t:1": row(1, "c")}, keyspace(t, c, TypeHash, "")); d != "" {
+		t.Fatalf("the replaced instance changed the keyspace:\n%s", d)
+	}
+	mustWrite(t, s2, rec(2, 4, "d"))
+	if err := c.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = s2.Write(ctx, []connect.Record{rec(3, 5, "e")})
+	if err == nil || !connect.IsRetriable(err) || !strings.Contains(err.Error(), "the key __sluice:test:owner:0 is gone") {
+		t.Fatalf("write after a flush: %v, want a retriable error naming the owner key", err)
+	}
+	s3 := newTestSink(t, addr, db, nil, nil)
+	mustWrite(t, s3, rec(3, 5, "e"))
+	if d := diffKeys(map[string]any{"t:3": row(3, "e")}, keyspace(t, c, TypeHash, "")); d != "" {
 		t.Fatal(d)
 	}
 }

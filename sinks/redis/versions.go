@@ -1,0 +1,196 @@
+package redis
+
+import (
+	"fmt"
+	"hash/maphash"
+	"strconv"
+	"time"
+)
+
+// A row's version marker, as stored in Redis (see the README's data layout): the version in 19
+// decimal digits followed by the fingerprint of the row's columns (8 hex digits) for a hash
+// written whole, "-" for a deleted row, nothing otherwise; a stream row's marker is the version
+// and the log offset, 19 digits each. Fixed widths keep the format that earlier releases
+// compared as strings in a server-side script.
+
+// fpState is what a marker says about the columns of the stored hash.
+type fpState uint8
+
+const (
+	fpNone    fpState = iota // no fingerprint: a json row, or a hash only partly written
+	fpDeleted                // "-": the row was deleted (no field of an old row is left)
+	fpHash                   // the fingerprint of the columns of the last whole row
+	fpOther                  // something this release does not write: never equal
+)
+
+// marker is a decoded version marker.
+type marker struct {
+	ver int64
+	off int64 // stream markers: the log offset of the last appended change
+	// exp is when Redis drops the marker at the latest (unix nanoseconds); 0: never.
+	exp     int64
+	fp      uint32
+	fpState fpState
+	ok      bool // a marker is stored; false: none (a new row, or an expired marker)
+	// touched marks, in a chunk's plan, a marker the chunk changes (never cached)
+	touched bool
+}
+
+// encode renders the marker as stored; stream reports a stream marker.
+func (m marker) encode(stream bool) string {
+	b := make([]byte, 0, 38)
+	b = appendPad19(b, m.ver)
+	if stream {
+		return string(appendPad19(b, m.off))
+	}
+	switch m.fpState {
+	case fpDeleted:
+		b = append(b, '-')
+	case fpHash:
+		b = appendHex8(b, m.fp)
+	}
+	return string(b)
+}
+
+// decodeMarker parses a stored marker.
+func decodeMarker(s string, stream bool) (marker, error) {
+	m := marker{ok: true}
+	if len(s) < 19 {
+		return m, fmt.Errorf("%q is not a version marker", s)
+	}
+	var err error
+	if m.ver, err = parsePad19(s[:19]); err != nil {
+		return m, fmt.Errorf("%q is not a version marker", s)
+	}
+	rest := s[19:]
+	if stream {
+		if rest == "" { // an unguarded change of an earlier release: the version alone
+			return m, nil
+		}
+		if len(rest) != 19 {
+			return m, fmt.Errorf("%q is not a stream version marker", s)
+		}
+		if m.off, err = parsePad19(rest); err != nil {
+			return m, fmt.Errorf("%q is not a stream version marker", s)
+		}
+		return m, nil
+	}
+	switch {
+	case rest == "":
+		m.fpState = fpNone
+	case rest == "-":
+		m.fpState = fpDeleted
+	case len(rest) == 8:
+		fp, err := strconv.ParseUint(rest, 16, 32)
+		if err != nil {
+			m.fpState = fpOther
+			break
+		}
+		m.fpState, m.fp = fpHash, uint32(fp)
+	default:
+		m.fpState = fpOther
+	}
+	return m, nil
+}
+
+func parsePad19(s string) (int64, error) {
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, strconv.ErrSyntax
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, nil
+}
+
+// appendPad19 appends a non-negative int64 in 19 digits, so that versions compare as strings.
+func appendPad19(b []byte, n int64) []byte {
+	if n < 0 {
+		n = 0
+	}
+	var d [19]byte
+	for i := 18; i >= 0; i-- {
+		d[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return append(b, d[:]...)
+}
+
+func appendHex8(b []byte, v uint32) []byte {
+	const digits = "0123456789abcdef"
+	var d [8]byte
+	for i := 7; i >= 0; i-- {
+		d[i] = digits[v&15]
+		v >>= 4
+	}
+	return append(b, d[:]...)
+}
+
+// expired reports whether Redis may have dropped the marker by now.
+func (m marker) expired(now int64) bool { return m.exp != 0 && m.exp <= now }
+
+// rowID names a version marker key in the cache: two independent 64-bit hashes of it (with
+// seeds chosen per process), so that the cache holds no key strings and compares no bytes.
+// Two of a million keys share both hashes with a probability of about 10^-27.
+type rowID struct{ a, b uint64 }
+
+var idSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+func idOf(vkey string) rowID {
+	return rowID{maphash.String(idSeeds[0], vkey), maphash.String(idSeeds[1], vkey)}
+}
+
+// versionCache remembers the markers this sink wrote or read, so that most writes are decided
+// without reading Redis. It is sound because one sink instance writes a generation's markers
+// (the owner key fences any other, see apply.go); a marker it does not hold is read from
+// Redis. It holds at most max entries: two maps, the older dropped whole when the newer is
+// full, so that recently used rows stay.
+type versionCache struct {
+	max       int
+	cur, prev map[rowID]marker
+}
+
+func newVersionCache(max int) *versionCache {
+	return &versionCache{max: max, cur: map[rowID]marker{}}
+}
+
+// get returns the cached marker of id unless it may have expired.
+func (c *versionCache) get(id rowID, now int64) (marker, bool) {
+	m, ok := c.cur[id]
+	if !ok {
+		if m, ok = c.prev[id]; !ok {
+			return marker{}, false
+		}
+		delete(c.prev, id)
+		c.put(id, m)
+	}
+	if m.expired(now) {
+		return marker{}, false
+	}
+	return m, true
+}
+
+func (c *versionCache) put(id rowID, m marker) {
+	if c.max <= 0 {
+		return
+	}
+	if _, ok := c.cur[id]; !ok && len(c.cur) >= max(c.max/2, 1) {
+		c.prev, c.cur = c.cur, make(map[rowID]marker, len(c.cur))
+	}
+	c.cur[id] = m
+}
+
+func (c *versionCache) drop(id rowID) {
+	delete(c.cur, id)
+	delete(c.prev, id)
+}
+
+func (c *versionCache) len() int { return len(c.cur) + len(c.prev) }
+
+func (c *versionCache) clear() {
+	c.cur, c.prev = map[rowID]marker{}, nil
+}
+
+func nowNanos() int64 { return time.Now().UnixNano() }
