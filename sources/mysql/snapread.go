@@ -321,7 +321,8 @@ func (sn *snapshotter) chunk(ctx context.Context) ([]*rowSet, error) {
 		return nil
 	}
 
-	stop := context.AfterFunc(ctx, func() { sn.conn.Close() })
+	conn := sn.conn // close sets sn.conn, maybe before this func has run
+	stop := context.AfterFunc(ctx, func() { abort(conn) })
 	defer stop()
 	var res gomysql.Result
 	var err error

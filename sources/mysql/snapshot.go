@@ -101,7 +101,7 @@ func (sn *snapshotter) open(ctx context.Context) error {
 		return err
 	}
 	sn.conn = c
-	stop := context.AfterFunc(ctx, func() { c.Close() })
+	stop := context.AfterFunc(ctx, func() { abort(c) })
 	defer stop()
 	if _, err := c.Execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
 		return fmt.Errorf("snapshot: %w", err)

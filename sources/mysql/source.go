@@ -401,3 +401,12 @@ func (s *Source) Stats() Stats {
 	}
 	return st
 }
+
+// abort closes the network connection under c, making a query running on it in another
+// goroutine fail; unlike c.Close it is safe to call concurrently with that query. The owner
+// still closes c.
+func abort(c *client.Conn) {
+	if c != nil && c.Conn != nil && c.Conn.Conn != nil {
+		_ = c.Conn.Conn.Close()
+	}
+}
