@@ -99,24 +99,46 @@ func DecodeRecord(topic string, partition int32, lr *LogRecord) (connect.Record,
 		}
 		r.Value = v
 	}
-	if len(lr.Headers) > 0 {
-		r.Headers = make(connect.Headers, 0, len(lr.Headers))
-		for _, h := range lr.Headers {
-			if h.Key == connect.HeaderVersion {
-				n, err := strconv.ParseInt(string(h.Value), 10, 64)
-				if err != nil {
-					return r, &DecodeError{Stage: stageHeaderConverter, Err: fmt.Errorf("decode header %s: %q is not an integer", h.Key, h.Value)}
-				}
-				r.Version = n
-				continue
+	others := 0
+	for _, h := range lr.Headers {
+		if h.Key == connect.HeaderVersion {
+			n, err := parseVersion(h.Value)
+			if err != nil {
+				return r, &DecodeError{Stage: stageHeaderConverter, Err: fmt.Errorf("decode header %s: %q is not an integer", h.Key, h.Value)}
 			}
-			r.Headers = append(r.Headers, connect.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
+			r.Version = n
+			continue
 		}
-		if len(r.Headers) == 0 {
-			r.Headers = nil
+		others++
+	}
+	if others > 0 { // most records carry the version alone
+		r.Headers = make(connect.Headers, 0, others)
+		for _, h := range lr.Headers {
+			if h.Key != connect.HeaderVersion {
+				r.Headers = append(r.Headers, connect.Header{Key: h.Key, Value: bytes.Clone(h.Value)})
+			}
 		}
 	}
 	return r, nil
+}
+
+// parseVersion parses a version header as strconv.ParseInt(s, 10, 64) does, without
+// converting it to a string first.
+func parseVersion(b []byte) (int64, error) {
+	if len(b) == 0 || len(b) > 19 || len(b) > 1 && b[0] == '0' {
+		return strconv.ParseInt(string(b), 10, 64)
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return strconv.ParseInt(string(b), 10, 64)
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if n < 0 { // 19 digits past the int64 range
+		return strconv.ParseInt(string(b), 10, 64)
+	}
+	return n, nil
 }
 
 // RenderJSON appends one stored record as a JSON line's object, the way `sluice topics tail`

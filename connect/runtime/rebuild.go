@@ -308,7 +308,9 @@ func (r *rebuild) replay(ctx context.Context, t *sinkTask, from, upTo map[TopicP
 				ch := &chunk{tp: tp, recs: recs[:n:n], ready: make(chan struct{})}
 				t.prepare(ch)
 				close(ch.ready)
-				if _, err := r.write(ctx, t, ch); err != nil {
+				_, err := r.write(ctx, t, ch)
+				ch.release()
+				if err != nil {
 					return err
 				}
 				recs = recs[n:]

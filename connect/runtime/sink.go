@@ -7,6 +7,7 @@ import (
 	"regexp"
 	goruntime "runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -38,6 +39,33 @@ type chunk struct {
 	recs  []LogRecord
 	out   []decoded     // one per rec, valid once ready is closed
 	ready chan struct{} // closed when out is set
+	buf   *[]decoded    // out's array, returned to decodedPool once the chunk is written
+}
+
+// decodedPool recycles the arrays chunks decode into: a chunk's records are copied into the
+// batch handed to the sink, so its array is free again once the chunk is written.
+var decodedPool sync.Pool
+
+func (c *chunk) alloc(n int) {
+	if p, ok := decodedPool.Get().(*[]decoded); ok && cap(*p) >= n {
+		c.buf = p
+	} else {
+		b := make([]decoded, 0, max(n, chunkRecords))
+		c.buf = &b
+	}
+	c.out = (*c.buf)[:n]
+}
+
+// release returns the chunk's array for reuse; the chunk must not be read afterwards.
+func (c *chunk) release() {
+	if c.buf == nil {
+		return
+	}
+	b := (*c.buf)[:cap(*c.buf)]
+	clear(b) // no references to records the sink may still hold
+	*c.buf = b[:0]
+	decodedPool.Put(c.buf)
+	c.buf, c.out = nil, nil
 }
 
 // chunkRecords is the most records of one chunk: a fetch is split so that decoders share it.
@@ -237,7 +265,7 @@ func (t *sinkTask) fetch(ctx context.Context, tp TopicPartition, next int64, out
 // prepare decodes and transforms a chunk's records.
 func (t *sinkTask) prepare(c *chunk) {
 	tp, recs := c.tp, c.recs
-	c.out = make([]decoded, len(recs))
+	c.alloc(len(recs))
 	for i := range recs {
 		d := &c.out[i]
 		rec, err := DecodeRecord(tp.Topic, tp.Partition, &recs[i])
@@ -365,6 +393,7 @@ func (t *sinkTask) writeBatch(ctx context.Context, pending []*chunk) ([]*chunk, 
 		}
 		if k == len(c.recs) {
 			pending = pending[1:]
+			c.release() // its records are in t.out now
 		} else {
 			c.recs, c.out = c.recs[k:], c.out[k:]
 		}
