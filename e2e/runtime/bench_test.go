@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,10 +18,28 @@ import (
 	"github.com/sluice-cdc/sluice/wal"
 )
 
-const (
-	benchBatch  = 100 // datagen events per batch = records per bare append
-	benchRounds = 5
-)
+const benchBatch = 100 // datagen events per batch = records per bare append
+
+// benchRounds is how many rounds of each loader a benchmark runs: SLUICE_BENCH_ROUNDS, else 5.
+func benchRounds(b *testing.B) int {
+	if v := os.Getenv("SLUICE_BENCH_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("SLUICE_BENCH_ROUNDS=%q: want a positive integer", v)
+		}
+		return n
+	}
+	return 5
+}
+
+// cpuTime is the CPU time this process has used so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // nullSink counts what it is given.
 type nullSink struct{ n *atomic.Int64 }
@@ -52,7 +71,7 @@ var benchSettings = datagen.Settings{Prefix: "bench", Database: "inventory", Tab
 // bareRound appends events datagen records, pre-encoded as the runtime encodes them, to one
 // partition in batches of benchBatch with one idempotent producer, each append carrying a
 // source position: the log's own cost of what the pipeline does.
-func bareRound(b *testing.B, dir string, events int) time.Duration {
+func bareRound(b *testing.B, dir string, events int) (time.Duration, time.Duration) {
 	log, err := wal.Open(dir, walOpts())
 	if err != nil {
 		b.Fatal(err)
@@ -79,6 +98,7 @@ func bareRound(b *testing.B, dir string, events int) time.Duration {
 		b.Fatal(err)
 	}
 	pos := []byte("\x01\x09\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+	cpu := cpuTime(b)
 	start := time.Now()
 	seq := int32(0)
 	for _, batch := range batches {
@@ -87,13 +107,13 @@ func bareRound(b *testing.B, dir string, events int) time.Duration {
 		}
 		seq += int32(len(batch))
 	}
-	return time.Since(start)
+	return time.Since(start), cpuTime(b) - cpu
 }
 
 // pipelineRound runs datagen → log → null sink until the sink has every event (withSink) or
-// until the log has every event, and returns the time from start and the heap allocations per
-// event.
-func pipelineRound(b *testing.B, dir string, events int, withSink bool) (time.Duration, float64) {
+// until the log has every event, and returns the time from start, the heap allocations per
+// event and the process's CPU time.
+func pipelineRound(b *testing.B, dir string, events int, withSink bool) (time.Duration, float64, time.Duration) {
 	log, err := wal.Open(dir, walOpts())
 	if err != nil {
 		b.Fatal(err)
@@ -126,6 +146,7 @@ func pipelineRound(b *testing.B, dir string, events int, withSink bool) (time.Du
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	allocs := mallocs()
+	cpu := cpuTime(b)
 	start := time.Now()
 	go func() { done <- rt.Run(ctx) }()
 	for {
@@ -139,28 +160,32 @@ func pipelineRound(b *testing.B, dir string, events int, withSink bool) (time.Du
 	}
 	elapsed := time.Since(start)
 	allocs = mallocs() - allocs
+	cpu = cpuTime(b) - cpu
 	cancel()
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	return elapsed, float64(allocs) / float64(events)
+	return elapsed, float64(allocs) / float64(events), cpu
 }
 
 // BenchmarkPipeline measures datagen → log → null sink end to end (one topic, one partition,
 // datagen batches of 100 events, fsync with group commit) and datagen → log alone against the
 // bare log appending the same encoded records in batches of 100, alternating the three in
-// rounds of the same run so that all see the same disk and CPU. Reported: the median events/s
-// of each, the medians of the per-round ratios to the bare log (goal >= 0.8), and heap
-// allocations per event (datagen's generation and, end to end, the sink side's decoding
-// included). One op is one event.
+// rounds of the same run (SLUICE_BENCH_ROUNDS, default 5) so that all see the same disk and
+// CPU. Reported: the median events/s of each, the medians of the per-round ratios to the bare
+// log (goal >= 0.8), heap allocations per event (datagen's generation and, end to end, the
+// sink side's decoding included), and the process's CPU microseconds per event (less
+// disturbed by other processes than the rates: the machine is shared). One op is one event.
 func BenchmarkPipeline(b *testing.B) {
-	events := max(b.N/benchRounds, 20*benchBatch)
-	var bare, pipe, src, ratios, srcRatios, allocs, srcAllocs []float64
-	for r := range benchRounds {
+	rounds := benchRounds(b)
+	events := max(b.N/rounds, 20*benchBatch)
+	var bare, pipe, src, ratios, srcRatios, allocs, srcAllocs, bareCPU, srcCPU, pipeCPU []float64
+	perEvent := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(events) }
+	for r := range rounds {
 		dir := b.TempDir()
-		bd := bareRound(b, fmt.Sprintf("%s/bare-%d", dir, r), events)
-		sd, sa := pipelineRound(b, fmt.Sprintf("%s/src-%d", dir, r), events, false)
-		pd, pa := pipelineRound(b, fmt.Sprintf("%s/pipe-%d", dir, r), events, true)
+		bd, bc := bareRound(b, fmt.Sprintf("%s/bare-%d", dir, r), events)
+		sd, sa, sc := pipelineRound(b, fmt.Sprintf("%s/src-%d", dir, r), events, false)
+		pd, pa, pc := pipelineRound(b, fmt.Sprintf("%s/pipe-%d", dir, r), events, true)
 		bare = append(bare, float64(events)/bd.Seconds())
 		src = append(src, float64(events)/sd.Seconds())
 		pipe = append(pipe, float64(events)/pd.Seconds())
@@ -168,6 +193,9 @@ func BenchmarkPipeline(b *testing.B) {
 		ratios = append(ratios, bd.Seconds()/pd.Seconds())
 		srcAllocs = append(srcAllocs, sa)
 		allocs = append(allocs, pa)
+		bareCPU = append(bareCPU, perEvent(bc))
+		srcCPU = append(srcCPU, perEvent(sc))
+		pipeCPU = append(pipeCPU, perEvent(pc))
 	}
 	b.ReportMetric(median(bare), "wal_events/s")
 	b.ReportMetric(median(src), "source_events/s")
@@ -176,6 +204,9 @@ func BenchmarkPipeline(b *testing.B) {
 	b.ReportMetric(median(pipe), "pipeline_events/s")
 	b.ReportMetric(median(ratios), "ratio")
 	b.ReportMetric(median(allocs), "allocs/event")
+	b.ReportMetric(median(bareCPU), "wal_cpu_us/event")
+	b.ReportMetric(median(srcCPU), "source_cpu_us/event")
+	b.ReportMetric(median(pipeCPU), "pipeline_cpu_us/event")
 }
 
 func median(xs []float64) float64 {
