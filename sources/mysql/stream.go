@@ -45,7 +45,7 @@ type streamer struct {
 	// connection
 	mu      sync.Mutex
 	syncer  *replication.BinlogSyncer
-	events  chan *replication.BinlogEvent
+	events  chan binlogItem
 	errs    chan error
 	stop    chan struct{}
 	watchWG sync.WaitGroup
@@ -79,9 +79,10 @@ type streamer struct {
 	boundSeq  uint32
 	boundPos  uint32
 
-	cur    *replication.RowsEvent // rows event being emitted
-	curRow int                    // next row (image) index in cur
-	curHdr *replication.EventHeader
+	cur      *replication.RowsEvent // rows event being emitted
+	curRow   int                    // next row (image) index in cur
+	curHdr   *replication.EventHeader
+	curFinal bool // cur's values are final (decode.go)
 
 	tx      txShared   // of the current transaction's records
 	arena   posArena   // positions of the records
@@ -125,7 +126,8 @@ func (m *streamer) open(ctx context.Context) error {
 	if hb := s.cfg.heartbeat; hb > 0 && hb < period {
 		period = max(hb, time.Second)
 	}
-	m.events = make(chan *replication.BinlogEvent, s.cfg.maxQueue)
+	m.events = make(chan binlogItem, s.cfg.maxQueue)
+	dec := newRowDecoder(s)
 	m.errs = make(chan error, 1)
 	m.stop = make(chan struct{})
 	cfg := replication.BinlogSyncerConfig{
@@ -144,7 +146,8 @@ func (m *streamer) open(ctx context.Context) error {
 		EventCacheCount:         1,
 		DiscardGTIDSet:          true,
 		Logger:                  s.log.With("component", "binlog"),
-		SynchronousEventHandler: &eventHandler{ch: m.events, stop: m.stop},
+		RowsEventDecodeFunc:     dec.decode,
+		SynchronousEventHandler: &eventHandler{ch: m.events, stop: m.stop, dec: dec},
 	}
 	syncer := replication.NewBinlogSyncer(cfg)
 	pos := gomysql.Position{Name: m.skipFile, Pos: m.skipPos}
@@ -177,16 +180,31 @@ func (m *streamer) open(ctx context.Context) error {
 	return nil
 }
 
+// binlogItem is an event for the reader: final marks a rows event whose values the row
+// decoder made (decode.go); err (permanent) ends the stream.
+type binlogItem struct {
+	ev    *replication.BinlogEvent
+	final bool
+	err   error
+}
+
+// eventHandler runs in the binlog reader's goroutine: it finishes the decoding of each event
+// and queues it for the reader.
 type eventHandler struct {
-	ch   chan<- *replication.BinlogEvent
+	ch   chan<- binlogItem
 	stop <-chan struct{}
+	dec  *rowDecoder
 }
 
 var errStopped = errors.New("binlog reader stopped")
 
 func (h *eventHandler) HandleEvent(e *replication.BinlogEvent) error {
+	final, err := h.dec.finish(e)
 	select {
-	case h.ch <- e:
+	case h.ch <- binlogItem{ev: e, final: final, err: err}:
+		if err != nil {
+			return errStopped
+		}
 		return nil
 	case <-h.stop:
 		return errStopped
@@ -250,37 +268,37 @@ func (m *streamer) reconnect(ctx context.Context, cause error) error {
 	}
 }
 
-// next returns the next event; block=false returns nil when none is ready.
-func (m *streamer) next(ctx context.Context, block bool, timeout <-chan time.Time) (*replication.BinlogEvent, error) {
+// next returns the next event; block=false returns none (a zero item) when none is ready.
+func (m *streamer) next(ctx context.Context, block bool, timeout <-chan time.Time) (binlogItem, error) {
 	select {
-	case ev := <-m.events:
-		return ev, nil
+	case it := <-m.events:
+		return it, nil
 	default:
 	}
 	if m.pendingErr != nil {
 		err := m.pendingErr
 		m.pendingErr = nil
-		return nil, err
+		return binlogItem{}, err
 	}
 	if !block {
-		return nil, nil
+		return binlogItem{}, nil
 	}
 	select {
-	case ev := <-m.events:
-		return ev, nil
+	case it := <-m.events:
+		return it, nil
 	case err := <-m.errs:
 		// events decoded before the error come first
 		select {
-		case ev := <-m.events:
+		case it := <-m.events:
 			m.pendingErr = err
-			return ev, nil
+			return it, nil
 		default:
 		}
-		return nil, err
+		return binlogItem{}, err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return binlogItem{}, ctx.Err()
 	case <-timeout:
-		return nil, nil
+		return binlogItem{}, nil
 	}
 }
 
@@ -312,7 +330,10 @@ func (m *streamer) read(ctx context.Context) (connect.Batch, error) {
 				return m.finish(b), nil
 			}
 		}
-		ev, err := m.next(ctx, len(b.recs) == 0, hb)
+		it, err := m.next(ctx, len(b.recs) == 0, hb)
+		if it.err != nil {
+			return connect.Batch{}, it.err
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return connect.Batch{}, ctx.Err()
@@ -328,7 +349,7 @@ func (m *streamer) read(ctx context.Context) (connect.Batch, error) {
 			}
 			continue
 		}
-		if ev == nil {
+		if it.ev == nil {
 			if len(b.recs) > 0 {
 				return m.finish(b), nil
 			}
@@ -337,7 +358,7 @@ func (m *streamer) read(ctx context.Context) (connect.Batch, error) {
 			m.lastPos = p
 			return connect.Batch{Position: p}, nil
 		}
-		if err := m.handle(ctx, ev, b); err != nil {
+		if err := m.handle(ctx, it.ev, it.final, b); err != nil {
 			return connect.Batch{}, err
 		}
 		if len(b.recs) >= s.cfg.maxBatch {
@@ -404,7 +425,7 @@ func (m *streamer) position() connect.Position {
 }
 
 // handle processes one event.
-func (m *streamer) handle(ctx context.Context, ev *replication.BinlogEvent, b *batch) error {
+func (m *streamer) handle(ctx context.Context, ev *replication.BinlogEvent, final bool, b *batch) error {
 	s := m.s
 	h := ev.Header
 	artificial := h.Flags&replication.LOG_EVENT_ARTIFICIAL_F != 0 || h.LogPos == 0
@@ -469,11 +490,11 @@ func (m *streamer) handle(ctx context.Context, ev *replication.BinlogEvent, b *b
 				return err
 			}
 		}
-		m.cur, m.curRow, m.curHdr = e, 0, h
+		m.cur, m.curRow, m.curHdr, m.curFinal = e, 0, h, final
 		return m.emitRows(b)
 	case *replication.TransactionPayloadEvent:
 		for _, inner := range e.Events {
-			if err := m.handle(ctx, inner, b); err != nil {
+			if err := m.handle(ctx, inner, false, b); err != nil {
 				return err
 			}
 			// a compressed transaction's rows are emitted whole (into one batch)
@@ -531,13 +552,7 @@ func (m *streamer) slot() bool {
 }
 
 func (m *streamer) tableMap(ev *replication.BinlogEvent, e *replication.TableMapEvent) error {
-	raw := ev.RawData
-	if len(raw) > replication.EventHeaderSize {
-		raw = raw[replication.EventHeaderSize:]
-	}
-	if m.checksum && len(raw) >= 4 {
-		raw = raw[:len(raw)-4]
-	}
+	raw := tableMapBody(ev, m.checksum)
 	if old := m.tables[e.TableID]; old.same(raw) {
 		return nil
 	}
@@ -718,9 +733,12 @@ func (m *streamer) fillImage(dst connect.Row, t *table, row []any) error {
 		if c.excluded {
 			continue
 		}
-		v, err := c.binlogValue(row[i], &m.s.opts, &m.bx)
-		if err != nil {
-			return connect.Permanentf("decode %s: %w", t.id(), err)
+		v := row[i]
+		if !m.curFinal {
+			var err error
+			if v, err = c.binlogValue(v, &m.s.opts, &m.bx); err != nil {
+				return connect.Permanentf("decode %s: %w", t.id(), err)
+			}
 		}
 		if c.mask != nil {
 			v = c.mask(v)
@@ -742,9 +760,12 @@ func (m *streamer) fillKey(dst connect.Row, t *table, row []any, img connect.Row
 			dst[j] = img[c.out]
 			continue
 		}
-		v, err := c.binlogValue(row[i], &m.s.opts, &m.bx)
-		if err != nil {
-			return nil, connect.Permanentf("decode key of %s: %w", t.id(), err)
+		v := row[i]
+		if !m.curFinal {
+			var err error
+			if v, err = c.binlogValue(v, &m.s.opts, &m.bx); err != nil {
+				return nil, connect.Permanentf("decode key of %s: %w", t.id(), err)
+			}
 		}
 		dst[j] = connect.Field{Name: c.name, Value: v}
 	}

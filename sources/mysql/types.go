@@ -208,30 +208,41 @@ func timeMicros[T string | []byte](s T) (int64, error) {
 
 // dateValue converts "YYYY-MM-DD" (or the date of a datetime) into days since the epoch.
 func dateValue[T string | []byte](c *column, s T, bx *boxer) (any, error) {
-	y, mo, d, _, _, _, _, zero, err := dateParts(s)
+	y, mo, d, _, _, _, _, _, err := dateParts(s)
 	if err != nil {
 		return nil, err
 	}
-	if zero {
-		return c.zeroValue(), nil
+	return c.dateFromParts(y, mo, d, bx), nil
+}
+
+// dateFromParts is a DATE as days since the epoch, or the zero value of a zero date.
+func (c *column) dateFromParts(y, mo, d int, bx *boxer) any {
+	if mo == 0 || d == 0 {
+		return c.zeroValue()
 	}
-	return bx.int(daysFromCivil(y, mo, d)), nil
+	return bx.int(daysFromCivil(y, mo, d))
 }
 
 // dateTimeValue converts a DATETIME text into epoch milliseconds or microseconds.
 func dateTimeValue[T string | []byte](c *column, s T, o *valueOptions, bx *boxer) (any, error) {
-	y, mo, d, h, mi, sec, usec, zero, err := dateParts(s)
+	y, mo, d, h, mi, sec, usec, _, err := dateParts(s)
 	if err != nil {
 		return nil, err
 	}
-	if zero {
-		return c.zeroValue(), nil
+	return c.dateTimeFromParts(y, mo, d, h, mi, sec, usec, o, bx), nil
+}
+
+// dateTimeFromParts is a DATETIME as epoch milliseconds (fsp <= 3, or time.precision.mode
+// connect) or microseconds, or the zero value of a zero date.
+func (c *column) dateTimeFromParts(y, mo, d, h, mi, sec, usec int, o *valueOptions, bx *boxer) any {
+	if mo == 0 || d == 0 {
+		return c.zeroValue()
 	}
 	micros := (daysFromCivil(y, mo, d)*86400+int64(h)*3600+int64(mi)*60+int64(sec))*1_000_000 + int64(usec)
 	if o.timeConnect || c.fsp <= 3 {
-		return bx.int(floorDiv(micros, 1000)), nil
+		return bx.int(floorDiv(micros, 1000))
 	}
-	return bx.int(micros), nil
+	return bx.int(micros)
 }
 
 func floorDiv(a, b int64) int64 {
@@ -245,13 +256,19 @@ func floorDiv(a, b int64) int64 {
 // timestampValue renders a TIMESTAMP (text in UTC) as an ISO-8601 string in UTC with the
 // column's fractional digits, as Debezium's ZonedTimestamp.
 func timestampValue[T string | []byte](c *column, s T, bx *boxer) (any, error) {
-	y, mo, d, h, mi, sec, usec, zero, err := dateParts(s)
+	y, mo, d, h, mi, sec, usec, _, err := dateParts(s)
 	if err != nil {
 		return nil, err
 	}
-	if zero {
+	return c.timestampFromParts(y, mo, d, h, mi, sec, usec, bx), nil
+}
+
+// timestampFromParts is a TIMESTAMP in UTC as an ISO-8601 string; a zero one is null in a
+// nullable column, else the epoch.
+func (c *column) timestampFromParts(y, mo, d, h, mi, sec, usec int, bx *boxer) any {
+	if mo == 0 || d == 0 {
 		if c.nullable {
-			return nil, nil
+			return nil
 		}
 		y, mo, d, h, mi, sec, usec = 1970, 1, 1, 0, 0, 0, 0
 	}
@@ -267,7 +284,7 @@ func timestampValue[T string | []byte](c *column, s T, bx *boxer) (any, error) {
 		f := appendPadded(frac[:0], usec, 6)
 		b = append(append(b, '.'), f[:min(c.fsp, 6)]...)
 	}
-	return bx.str(bx.string(append(b, 'Z'))), nil
+	return bx.str(bx.string(append(b, 'Z')))
 }
 
 // appendPadded appends n (>= 0) in decimal with leading zeros to width digits.
@@ -297,10 +314,15 @@ func timeValue[T string | []byte](s T, o *valueOptions, bx *boxer) (any, error) 
 	if err != nil {
 		return nil, err
 	}
+	return timeFromMicros(us, o, bx), nil
+}
+
+// timeFromMicros is a TIME as microseconds, or milliseconds with time.precision.mode connect.
+func timeFromMicros(us int64, o *valueOptions, bx *boxer) any {
 	if o.timeConnect {
-		return bx.int(floorDiv(us, 1000)), nil
+		return bx.int(floorDiv(us, 1000))
 	}
-	return bx.int(us), nil
+	return bx.int(us)
 }
 
 func (c *column) binaryValue(b []byte, o *valueOptions) any {
@@ -382,6 +404,16 @@ func geometryValue(b []byte) any {
 	}
 	srid := int64(binary.LittleEndian.Uint32(b))
 	return connect.Row{{Name: "wkb", Value: append([]byte(nil), b[4:]...)}, {Name: "srid", Value: srid}}
+}
+
+// textString converts a text column's value given as a string that the decoder made (it may
+// share the event's memory, which is never written again).
+func (c *column) textString(x string, bx *boxer) (any, error) {
+	if c.dec == nil && utf8.ValidString(x) {
+		return bx.str(x), nil
+	}
+	t, err := c.text([]byte(x))
+	return bx.str(t), err
 }
 
 // text decodes column bytes into a UTF-8 string.
@@ -475,11 +507,7 @@ func (c *column) binlogValue(v any, o *valueOptions, bx *boxer) (any, error) {
 	case kindText, kindJSON:
 		switch x := v.(type) {
 		case string:
-			if c.dec == nil && utf8.ValidString(x) {
-				return bx.str(x), nil // the decoder's own copy: no conversion needed
-			}
-			t, err := c.text([]byte(x))
-			return bx.str(t), err
+			return c.textString(x, bx)
 		case []byte:
 			t, err := c.text(x)
 			return bx.str(t), err
