@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // settings is the validated configuration in typed form.
@@ -48,6 +49,11 @@ type settings struct {
 	spillDir                         string
 	// replParams are extra run-time parameters of the replication connection (tests)
 	replParams map[string]string
+	// incr are the incremental snapshot settings; maxSlotLag pauses chunks above this slot lag
+	incr       snapshot.Settings
+	maxSlotLag int64
+	// rawFilter is schema.include/exclude and table.include/exclude as configured
+	rawFilter [4][]string
 }
 
 func settingsFrom(cfg connect.Config) (*settings, error) {
@@ -85,6 +91,12 @@ func settingsFrom(cfg connect.Config) (*settings, error) {
 		protoVersion:   int(cfg.Int(KeyProtocolVersion)),
 		spillDir:       cfg.String(KeySpillDir),
 		skip:           map[connect.Op]bool{},
+		incr:           snapshot.SettingsFrom(cfg),
+		maxSlotLag:     cfg.Int(KeyMaxSlotLagBytes),
+	}
+	s.rawFilter = [4][]string{cfg.List(KeySchemaInclude), cfg.List(KeySchemaExclude), cfg.List(KeyTableInclude), cfg.List(KeyTableExclude)}
+	if s.incr.Watermark == snapshot.WatermarkAuto {
+		s.incr.Watermark = snapshot.WatermarkMessage
 	}
 	if s.snapshotMode == SnapshotNever {
 		s.snapshotMode = SnapshotNoData

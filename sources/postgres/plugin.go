@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // Version is the plugin's version, reported in every event's source.version.
@@ -60,6 +61,7 @@ const (
 	KeyMaxQueueSize      = "max.queue.size"
 	KeyProtocolVersion   = "pgoutput.protocol.version"
 	KeySpillDir          = "pgoutput.spill.dir"
+	KeyMaxSlotLagBytes   = "incremental.snapshot.max.slot.lag.bytes"
 )
 
 // Snapshot modes.
@@ -88,7 +90,7 @@ func Plugin() connect.Plugin {
 		Doc: "Captures row changes from PostgreSQL (10+, tested on 15) through a logical replication slot " +
 			"with the built-in pgoutput plugin: an initial snapshot consistent with the stream, then " +
 			"inserts, updates, deletes and truncates as Debezium change events.",
-		Config:    configDef(),
+		Config:    configDef().Merge(snapshot.ConfigDef("<schema>.<table>")),
 		Validate:  validate,
 		NewSource: newSource,
 	}
@@ -216,6 +218,9 @@ func configDef() connect.ConfigDef {
 		{Name: KeySpillDir, Type: connect.TypeString, Default: "", HasDefault: true, Group: gRepl,
 			Doc: "Directory for the spill files of streamed in-progress transactions; empty is the system's temporary directory."},
 
+		{Name: KeyMaxSlotLagBytes, Type: connect.TypeLong, Default: "0", HasDefault: true, Check: connect.AtLeast(0), Group: "Incremental snapshots",
+			Doc: "Pause reading incremental snapshot chunks while the replication slot's lag (pg_current_wal_lsn() - confirmed_flush_lsn, measured every status.update.interval.ms) is above this many bytes; 0 never pauses."},
+
 		ignored("database.server.name", "Debezium 1.x topic prefix; sluice uses topic.prefix."),
 		ignored("snapshot.max.threads", "sluice snapshots one table at a time."),
 		ignored("snapshot.lock.timeout.ms", "the PostgreSQL snapshot takes no table locks."),
@@ -308,6 +313,7 @@ func validate(cfg connect.Config) []connect.FieldError {
 	}
 	_, ferrs := parseMasks(cfg)
 	errs = append(errs, ferrs...)
+	errs = append(errs, snapshot.Validate(cfg)...)
 	ops := cfg.List(KeySkippedOps)
 	if len(ops) > 1 {
 		for _, op := range ops {

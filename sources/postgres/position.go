@@ -50,6 +50,12 @@ import (
 //	    snapshot: 10 rows of public.t are out, the last with chunk key 42; the stream starts
 //	    at 0/16B2000 once the snapshot is done
 //
+// Once an incremental snapshot command was applied, every batch's State also carries
+// "incremental": the snapshot queue and its progress (see sources/snapshot). Its rows and
+// notifications are emitted between two transactions; their Orders extend the Order of the
+// stream position there (sources/snapshot/order.go), and the batch that ends them has the
+// Order of its last record.
+//
 // A heartbeat (an idle slot moved to the server's WAL end W) is {"lsn":W,"change":0,"record":0,"end":W}.
 
 const (
@@ -71,6 +77,9 @@ type position struct {
 	Change uint64
 	Record uint16
 	End    pglogrepl.LSN
+	// Incr is the incremental snapshot state ("incremental", see sources/snapshot); nil when
+	// none was ever started
+	Incr []byte
 }
 
 type snapshotPos struct {
@@ -163,7 +172,8 @@ func (p *position) appendState(dst []byte) []byte {
 			dst = append(dst, `,"attempt":`...)
 			dst = strconv.AppendUint(dst, uint64(s.Attempt), 10)
 		}
-		return append(dst, `}}`...)
+		dst = append(dst, '}')
+		return appendIncr(dst, p.Incr)
 	}
 	dst = append(dst, `,"lsn":"`...)
 	dst = appendLSN(dst, p.LSN)
@@ -176,7 +186,26 @@ func (p *position) appendState(dst []byte) []byte {
 		dst = appendLSN(dst, p.End)
 		dst = append(dst, '"')
 	}
+	return appendIncr(dst, p.Incr)
+}
+
+// appendIncr closes a state object, with the incremental snapshot state when there is one.
+func appendIncr(dst, incr []byte) []byte {
+	if len(incr) > 0 {
+		dst = append(dst, `,"incremental":`...)
+		dst = append(dst, incr...)
+	}
 	return append(dst, '}')
+}
+
+// withIncr returns a State (a JSON object) with the incremental snapshot state added.
+func withIncr(state, incr []byte) []byte {
+	if len(incr) == 0 || len(state) == 0 || state[len(state)-1] != '}' {
+		return state
+	}
+	out := make([]byte, 0, len(state)+len(incr)+16)
+	out = append(out, state[:len(state)-1]...)
+	return appendIncr(out, incr)
 }
 
 func (p *position) encode() connect.Position {
@@ -191,6 +220,8 @@ type stateJSON struct {
 	Record   uint16        `json:"record"`
 	End      string        `json:"end"`
 	Snapshot *snapshotJSON `json:"snapshot"`
+	// Incremental is the incremental snapshot state (sources/snapshot)
+	Incremental json.RawMessage `json:"incremental"`
 }
 
 type snapshotJSON struct {
@@ -216,6 +247,9 @@ func decodePosition(cp connect.Position) (position, error) {
 		return position{}, fmt.Errorf("%w: want \"v\":1", errBadPosition)
 	}
 	p := position{Epoch: st.Epoch, Change: st.Change, Record: st.Record}
+	if len(st.Incremental) > 0 && string(st.Incremental) != "null" {
+		p.Incr = st.Incremental
+	}
 	var err error
 	if st.Snapshot != nil {
 		s := &snapshotPos{Schema: st.Snapshot.Schema, Table: st.Snapshot.Table, TableIndex: st.Snapshot.TableIndex, Rows: st.Snapshot.Rows, Key: st.Snapshot.Key, Attempt: st.Snapshot.Attempt}

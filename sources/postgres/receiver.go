@@ -36,6 +36,7 @@ type receiver struct {
 	walEnd   atomic.Uint64 // from keepalives: every transaction committed before it was sent
 	received atomic.Uint64 // end of the last WAL data received
 	pinged   atomic.Bool   // the server asked for a reply (it waits for the flush, e.g. to shut down)
+	askReply atomic.Bool   // Read wants a keepalive with the server's WAL end soon
 	ackCh    chan struct{}
 
 	// receiver goroutine only
@@ -85,6 +86,15 @@ func (r *receiver) allow(lsn pglogrepl.LSN) {
 	}
 	// wake a receive blocked on a quiet connection, so the new flush LSN goes out now; the
 	// receiver sets its own deadline again before its next receive
+	_ = r.conn.Conn().SetReadDeadline(time.Now())
+}
+
+// requestReply asks the server for a keepalive (with its current WAL end) at the next status
+// update, which it sends soon; called from Read's goroutine.
+func (r *receiver) requestReply() {
+	if r.askReply.Swap(true) {
+		return
+	}
 	_ = r.conn.Conn().SetReadDeadline(time.Now())
 }
 
@@ -174,6 +184,11 @@ func (r *receiver) raiseWALEnd(lsn pglogrepl.LSN) {
 // more than was reported.
 func (r *receiver) nextDue() time.Time {
 	due := r.lastSent.Add(r.interval)
+	if r.askReply.Load() {
+		if soon := r.lastSent.Add(ackRateLimit); soon.Before(due) {
+			due = soon
+		}
+	}
 	if pglogrepl.LSN(r.flush.Load()) > r.sentFlush {
 		if soon := r.lastSent.Add(ackRateLimit); soon.Before(due) {
 			due = soon
@@ -186,7 +201,7 @@ func (r *receiver) maybeStatus() error {
 	if time.Now().Before(r.nextDue()) {
 		return nil
 	}
-	return r.status(false)
+	return r.status(r.askReply.Swap(false))
 }
 
 // deliver queues a message for Read, sending status updates while the queue is full.

@@ -58,7 +58,7 @@ func BenchmarkStreamInsert(b *testing.B) {
 		if err := parseRowChange(msg, false, &s.rc); err != nil {
 			b.Fatal(err)
 		}
-		if err := s.changeRow(&s.rc, 300, &recs, nil); err != nil {
+		if err := s.changeRow(context.Background(), &s.rc, 300, &recs, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // slotInfo is the row of pg_replication_slots of the configured slot.
@@ -297,15 +298,43 @@ SELECT current_setting('max_replication_slots')::int, current_setting('max_wal_s
 				t, identityName(t.ReplIdent), qualified(t.Schema, t.Name)))
 		}
 	}
+	pubTables := tables
+	if needSlot && set.incr.SignalTableEnabled() {
+		sig, err := signalTableRef(ctx, c, set.incr.SignalTable)
+		if err != nil {
+			return info, err
+		}
+		if sig == nil {
+			problems = append(problems, fmt.Sprintf("%s names %s, which does not exist: create it, e.g. CREATE TABLE %s (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL);",
+				snapshot.KeySignalTable, set.incr.SignalTable, set.incr.SignalTable))
+		} else if !set.filter.table(sig.Schema, sig.Name) {
+			pubTables = append(append([]tableRef(nil), tables...), *sig)
+		}
+	}
 	if len(problems) > 0 {
 		return info, connect.Permanent(fmt.Errorf("postgres source pre-flight failed:\n  - %s", strings.Join(problems, "\n  - ")))
 	}
 	if needSlot {
-		if err := ensurePublication(ctx, c, set, tables, log); err != nil {
+		if err := ensurePublication(ctx, c, set, pubTables, log); err != nil {
 			return info, err
 		}
 	}
 	return info, nil
+}
+
+// signalTableRef finds the signal table (schema.table, matched like the filters: ignoring
+// case); nil if it does not exist.
+func signalTableRef(ctx context.Context, c *pgx.Conn, name string) (*tableRef, error) {
+	all, err := listTables(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range all {
+		if strings.EqualFold(t.String(), name) {
+			return &t, nil
+		}
+	}
+	return nil, nil
 }
 
 func identityName(b byte) string {

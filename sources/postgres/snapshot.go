@@ -324,7 +324,8 @@ func (s *Source) readSnapshot(ctx context.Context) (connect.Batch, error) {
 		last := recs[len(recs)-1]
 		sn.held = &last
 		recs = recs[:len(recs)-1]
-		return connect.Batch{Records: recs, Position: recs[len(recs)-1].Position}, nil
+		pos := recs[len(recs)-1].Position
+		return connect.Batch{Records: recs, Position: connect.Position{Order: pos.Order, State: withIncr(pos.State, s.incr.State())}}, nil
 	}
 	return s.finishSnapshot(ctx, recs)
 }
@@ -400,7 +401,7 @@ func (s *Source) finishSnapshot(ctx context.Context, recs []connect.Record) (con
 	} else {
 		s.phase = phaseStreaming // the stream connects on the next Read
 	}
-	return connect.Batch{Records: recs, Position: s.cur.encode()}, nil
+	return connect.Batch{Records: recs, Position: s.encodeCur()}, nil
 }
 
 // markLast sets source.snapshot to "last" in a snapshot record's value (on a copy: the

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // Source captures one PostgreSQL database. See the package documentation.
@@ -55,6 +56,17 @@ type Source struct {
 
 	st *stats
 
+	// incremental snapshots (incremental.go); incr's control methods run on any goroutine,
+	// the rest is Read's
+	incr        *snapshot.Engine
+	incrConns   []*pgx.Conn
+	incrModels  map[string]*incrModel
+	incrRing    xidRing
+	engineOrder []byte        // Order of the last record or batch the engine made
+	keyBuf      []byte        // scratch of touch
+	wantWALEnd  pglogrepl.LSN // a position watermark the stream must reach
+	freshSnap   bool          // start began a snapshot from scratch
+
 	// boxed once for the records
 	boxPrefix, boxDB any
 	nowMs            any // the envelope's ts_ms: the time the current Read began
@@ -85,7 +97,9 @@ func New(set *settings, env connect.Env) *Source {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{set: set, env: env, log: log, now: time.Now, st: newStats(), boxPrefix: set.prefix, boxDB: set.dbname}
+	s := &Source{set: set, env: env, log: log, now: time.Now, st: newStats(), boxPrefix: set.prefix, boxDB: set.dbname}
+	s.incr = s.newEngine()
+	return s
 }
 
 // NewFromConfig parses a configuration map (the same keys as a connector's config) and
@@ -112,7 +126,15 @@ func fieldErrors(fes []connect.FieldError) []error {
 }
 
 // Stats returns the source's counters; safe to call concurrently with everything.
-func (s *Source) Stats() Stats { return s.st.snapshot() }
+func (s *Source) Stats() Stats {
+	st := s.st.snapshot()
+	es := s.incr.Stats()
+	st.IncrementalSnapshotRunning = es.IncrementalSnapshotRunning
+	st.IncrementalSnapshotPaused = es.IncrementalSnapshotPaused
+	st.RemainingTableCount = es.RemainingTableCount
+	st.ChunkID = es.ChunkID
+	return st
+}
 
 // Open connects, runs the pre-flight checks, prepares the publication and the slot and
 // positions the source after `after` (see the package documentation for what happens when
@@ -120,15 +142,27 @@ func (s *Source) Stats() Stats { return s.st.snapshot() }
 func (s *Source) Open(ctx context.Context, after connect.Position) error {
 	s.opened = after.Clone()
 	s.emitted = s.opened
+	var incr []byte
 	if !after.IsZero() {
 		if p, err := decodePosition(after); err == nil {
 			// the runtime opens the source at a position the log holds
 			s.setDurable(p.Epoch, p.flushLSN())
+			incr = p.Incr
 		}
+	}
+	if err := s.incr.Open(ctx, incr); err != nil {
+		return err
 	}
 	if err := s.start(ctx, after, true); err != nil {
 		return err
 	}
+	if s.set.snapshotMode != SnapshotInitialOnly {
+		fresh := s.freshSnap || after.IsZero()
+		if err := s.incr.ConfigChanged(ctx, s.captureFilters(), fresh, s.addedTables); err != nil {
+			return err
+		}
+	}
+	s.freshSnap = false
 	s.startMonitor()
 	return nil
 }
@@ -288,6 +322,11 @@ func (s *Source) startSnapshot(ctx context.Context, lsn pglogrepl.LSN, resume *s
 	if err != nil {
 		return err
 	}
+	if resume == nil {
+		// a snapshot of every table: the incremental snapshots asked for so far are moot
+		s.freshSnap = true
+		s.incr.Skip()
+	}
 	s.snap = sn
 	s.phase = phaseSnapshotting
 	s.st.snapRun.Store(true)
@@ -401,6 +440,7 @@ func (s *Source) teardown(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	s.stopReceiver(cctx)
+	s.closeIncr(cctx)
 	if s.stream != nil {
 		s.stream.discard()
 		s.stream = nil
@@ -419,6 +459,7 @@ func (s *Source) teardown(ctx context.Context) {
 // Ack lets the slot confirm everything up to upTo: it is durable in the log. It may run
 // concurrently with Read.
 func (s *Source) Ack(ctx context.Context, upTo connect.Position) error {
+	s.incr.Acked(upTo.Order)
 	p, err := decodePosition(upTo)
 	if err != nil {
 		return fmt.Errorf("postgres source: ack: %w", err)

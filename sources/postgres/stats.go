@@ -39,6 +39,12 @@ type Stats struct {
 	SpilledBytes         int64
 	// Reconnects counts the connections lost and established again.
 	Reconnects int64
+	// Incremental snapshots: whether one runs or is paused, the tables left to read and the
+	// chunks read so far (rows read are in RowsScanned).
+	IncrementalSnapshotRunning bool
+	IncrementalSnapshotPaused  bool
+	RemainingTableCount        int64
+	ChunkID                    int64
 }
 
 type stats struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // streamState is Read's decoding state of the replication stream.
@@ -132,6 +133,28 @@ func (s *Source) readStream(ctx context.Context) (connect.Batch, error) {
 			}
 			continue
 		}
+		var hold bool
+		var wait time.Duration
+		if !st.inTx && !s.incr.Idle() {
+			b, ok, h, w, err := s.incrStep(ctx, &recs)
+			if err != nil {
+				return connect.Batch{}, err
+			}
+			if ok {
+				return b, nil
+			}
+			hold, wait = h, w
+		}
+		if hold {
+			// a blocking snapshot holds the stream until its next chunk may go
+			if len(recs) > 0 {
+				return s.batch(recs), nil
+			}
+			if err := s.waitEngine(ctx, wait); err != nil {
+				return connect.Batch{}, err
+			}
+			continue
+		}
 		var m walMsg
 		select {
 		case m = <-s.rcv.msgs:
@@ -139,14 +162,22 @@ func (s *Source) readStream(ctx context.Context) (connect.Batch, error) {
 			if len(recs) > 0 {
 				return s.batch(recs), nil
 			}
+			before := s.frontier()
 			s.idleAdvance()
+			if s.frontier() != before && !s.incr.Idle() {
+				continue // the frontier moved: a window may be complete
+			}
 			if s.heartbeatDue() {
 				return s.batch(nil), nil
 			}
+			d := s.set.statusInterval
+			if wait > 0 {
+				d = min(d, wait)
+			}
 			if idle == nil {
-				idle = time.NewTimer(s.set.statusInterval)
+				idle = time.NewTimer(d)
 			} else {
-				idle.Reset(s.set.statusInterval)
+				idle.Reset(d)
 			}
 			select {
 			case m = <-s.rcv.msgs:
@@ -154,6 +185,8 @@ func (s *Source) readStream(ctx context.Context) (connect.Batch, error) {
 				return connect.Batch{}, ctx.Err()
 			case <-s.rcv.done:
 				return connect.Batch{}, s.rcv.err
+			case <-s.incr.Wake():
+				continue
 			case <-idle.C:
 				continue
 			}
@@ -167,7 +200,36 @@ func (s *Source) readStream(ctx context.Context) (connect.Batch, error) {
 
 // batch wraps records with the current position.
 func (s *Source) batch(recs []connect.Record) connect.Batch {
-	return connect.Batch{Records: recs, Position: s.cur.encode()}
+	return connect.Batch{Records: recs, Position: s.encodeCur()}
+}
+
+// encodeCur is the current position with the incremental snapshot state; its Order is not
+// below the Order of the last record the snapshot engine made (a heartbeat right after a
+// chunk, at the same stream position, must not go back).
+func (s *Source) encodeCur() connect.Position {
+	order := s.cur.order()
+	if len(s.engineOrder) > 0 && string(s.engineOrder) > string(order) {
+		order = s.engineOrder
+	}
+	return connect.Position{Order: order, State: s.stateOf(s.cur)}
+}
+
+// waitEngine waits, without reading the stream, until the snapshot engine may go on.
+func (s *Source) waitEngine(ctx context.Context, wait time.Duration) error {
+	if wait <= 0 {
+		wait = time.Second
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.rcv.done:
+		return s.rcv.err
+	case <-s.incr.Wake():
+	case <-t.C:
+	}
+	return nil
 }
 
 // heartbeatDue reports whether an empty batch should carry a newer position now: the
@@ -235,7 +297,7 @@ func (s *Source) handle(ctx context.Context, m walMsg, recs *[]connect.Record) e
 		if err := parseRowChange(m.data, false, &s.rc); err != nil {
 			return connect.Permanent(fmt.Errorf("%w (at %s)", err, m.lsn))
 		}
-		return s.changeRow(&s.rc, m.lsn, recs, nil)
+		return s.changeRow(ctx, &s.rc, m.lsn, recs, nil)
 	}
 	msg, err := pglogrepl.ParseV2(m.data, false)
 	if err != nil {
@@ -325,7 +387,7 @@ func (s *Source) replayNext(ctx context.Context, recs *[]connect.Record) error {
 		if err := parseRowChange(data, true, &s.rc); err != nil {
 			return connect.Permanent(fmt.Errorf("%w (spilled, at %s)", err, lsn))
 		}
-		return s.changeRow(&s.rc, lsn, recs, st.overlay)
+		return s.changeRow(ctx, &s.rc, lsn, recs, st.overlay)
 	}
 	msg, err := pglogrepl.ParseV2(data, true)
 	if err != nil {
@@ -346,6 +408,7 @@ func (s *Source) endTx(end pglogrepl.LSN) {
 	s.cur = position{Epoch: s.epoch, LSN: st.tx.commit, Change: st.tx.change, Record: recordEnd, End: end}
 	st.inTx = false
 	st.prevEnd = end
+	s.incrRing.add(st.tx.xid)
 	s.st.txs.Add(1)
 	s.st.behind.Store(s.now().Sub(st.tx.ts).Milliseconds())
 }
@@ -417,17 +480,26 @@ func rawKey(t *table, cols []tupleCol) [][]byte {
 }
 
 // changeRow turns one Insert, Update or Delete into records.
-func (s *Source) changeRow(rc *rowChange, lsn pglogrepl.LSN, recs *[]connect.Record, overlay map[uint32]*table) error {
+func (s *Source) changeRow(ctx context.Context, rc *rowChange, lsn pglogrepl.LSN, recs *[]connect.Record, overlay map[uint32]*table) error {
 	s.stream.tx.change++
 	t, err := s.lookupTable(rc.relid, overlay)
-	if err != nil || !t.captured {
+	if err != nil {
 		return err
+	}
+	if t.signal && rc.op == msgInsert && checkTuple(t, rc.new) == nil {
+		if err := s.signalRow(ctx, t, rc.new); err != nil {
+			return err
+		}
+	}
+	if !t.captured {
+		return nil
 	}
 	switch rc.op {
 	case msgInsert:
 		if err := checkTuple(t, rc.new); err != nil {
 			return err
 		}
+		s.touch(t, rc.new)
 		if err := t.decode(tupleGetter(rc.new)); err != nil {
 			return err
 		}
@@ -446,10 +518,12 @@ func (s *Source) changeRow(rc *rowChange, lsn pglogrepl.LSN, recs *[]connect.Rec
 			before, _ = t.image()
 			oldKey = t.keyRow()
 			oldRaw = rawKey(t, rc.old)
+			s.touch(t, rc.old)
 		}
 		if err := checkTuple(t, rc.new); err != nil {
 			return err
 		}
+		s.touch(t, rc.new)
 		if err := t.decode(tupleGetter(rc.new)); err != nil {
 			return err
 		}
@@ -466,6 +540,7 @@ func (s *Source) changeRow(rc *rowChange, lsn pglogrepl.LSN, recs *[]connect.Rec
 		if err := checkTuple(t, rc.old); err != nil {
 			return err
 		}
+		s.touch(t, rc.old)
 		if err := t.decode(tupleGetter(rc.old)); err != nil {
 			return err
 		}
@@ -487,6 +562,9 @@ func (s *Source) changeTruncate(m *pglogrepl.TruncateMessage, lsn pglogrepl.LSN,
 		}
 		if !t.captured || i >= recordEnd {
 			continue
+		}
+		if s.incr.Watching(t.id) {
+			s.incr.TouchAll(t.id, snapshot.Mark(s.stream.tx.commit), uint64(s.stream.tx.xid))
 		}
 		s.emit(recs, t, uint16(i), &event{op: connect.OpTruncate, lsn: lsn})
 	}

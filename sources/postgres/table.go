@@ -20,6 +20,12 @@ type table struct {
 	name     string
 	topic    string
 	captured bool
+	id       string // schema.name: the data collection of snapshot requests
+	signal   bool   // the signal table (signal.data.collection): its inserts are signals
+	// the incremental snapshot's chunk key columns (indexes into cols), for the key
+	// names they were found for
+	incrKey      []int
+	incrKeyNames []string
 	// boxed once for the source blocks
 	boxSchema, boxName any
 	cols               []column
@@ -49,9 +55,11 @@ func (s *Source) newTable(ctx context.Context, relid uint32, schema, name string
 		name:     name,
 		topic:    s.set.prefix + "." + schema + "." + name,
 		captured: s.set.filter.table(schema, name),
+		id:       schema + "." + name,
 	}
+	t.signal = s.set.incr.SignalTableEnabled() && strings.EqualFold(t.id, s.set.incr.SignalTable)
 	t.boxSchema, t.boxName = t.schema, t.name
-	if !t.captured {
+	if !t.captured && !t.signal {
 		return t, nil
 	}
 	for _, d := range defs {

@@ -176,19 +176,20 @@ func (e *Engine) Open(ctx context.Context, state []byte) error {
 
 // ConfigChanged records the capture filter in force (the source's include/exclude lists) and,
 // when it differs from the one stored before, queues an incremental snapshot of the tables the
-// new filter captures and the old one did not: added(old) lists them. The first call only
-// records the filter. Call it from the source's Open after Open, when the source streams.
-func (e *Engine) ConfigChanged(ctx context.Context, filters map[string]string, added func(old map[string]string) ([]Table, error)) error {
+// new filter captures and the old one did not: added(old) lists them. The first call, and a
+// call while the source takes a snapshot of every table (fresh), only record the filter. Call
+// it from the source's Open after Open.
+func (e *Engine) ConfigChanged(ctx context.Context, filters map[string]string, fresh bool, added func(ctx context.Context, old map[string]string) ([]Table, error)) error {
 	e.mu.Lock()
 	old := e.filters
 	e.mu.Unlock()
 	if old != nil && equalMaps(old, filters) {
 		return nil
 	}
-	if old == nil || e.opts.Store == nil {
+	if old == nil || fresh || e.opts.Store == nil {
 		return e.storeFilters(ctx, filters)
 	}
-	tables, err := added(old)
+	tables, err := added(ctx, old)
 	if err != nil {
 		return err
 	}
@@ -235,6 +236,22 @@ func equalMaps(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// Skip forgets the queue and marks every stored command applied: the source begins a new
+// snapshot of every table, which covers whatever was asked before.
+func (e *Engine) Skip() {
+	e.mu.Lock()
+	e.st.Seq = max(e.st.Seq, e.nextSeq-1)
+	e.pending = nil
+	e.hasPending.Store(false)
+	e.mu.Unlock()
+	e.st.Tables = nil
+	e.st.Paused = false
+	e.windows, e.started = nil, false
+	clear(e.watch)
+	e.inline = nil
+	e.changed()
 }
 
 // ErrRequest is wrapped by the errors of requests that cannot be applied as given.
@@ -485,7 +502,7 @@ type StepKind int
 
 const (
 	StepWait   StepKind = iota // go on with the stream; nothing to do now
-	StepNotify                 // emit Step.Records
+	StepNotify                 // emit Step.Records (none: a heartbeat carries the new state)
 	StepOpen                   // read the next chunk of each of Step.Tasks and report it with Opened
 	StepEmit                   // emit the rows of Step.Window
 )
@@ -536,7 +553,7 @@ func (w *Window) Chunk() uint64 { return w.chunk }
 // record or heartbeat the source emitted, frontier the stream position up to which every
 // transaction has been processed.
 func (e *Engine) Begin(base []byte, frontier Mark) Step {
-	if recs := e.apply(base, frontier); len(recs) > 0 {
+	if recs := e.apply(base, frontier); recs != nil {
 		return Step{Kind: StepNotify, Records: recs}
 	}
 	if len(e.windows) > 0 {
@@ -760,6 +777,10 @@ func (e *Engine) apply(base []byte, frontier Mark) []connect.Record {
 	if len(cmds) == 0 && len(e.notes) == 0 {
 		return nil
 	}
+	if len(cmds) == 0 && !e.set.NotifySink && !e.set.NotifyLog {
+		e.notes = nil
+		return nil
+	}
 	notes := e.notes
 	e.notes = nil
 	for _, c := range cmds {
@@ -770,7 +791,9 @@ func (e *Engine) apply(base []byte, frontier Mark) []connect.Record {
 	}
 	e.changed()
 	if len(notes) == 0 {
-		return nil
+		// no record, but a new state: a batch carries it (commands are durable once the
+		// position after them is)
+		return []connect.Record{}
 	}
 	e.st.Emit++
 	em := &Emission{e: e, base: append([]byte(nil), base...), mark: frontier, unit: e.st.Emit}

@@ -223,6 +223,9 @@ func (s *simSource) step() (simBatch, bool) {
 		step := s.e.Begin(s.base, s.frontier())
 		switch step.Kind {
 		case StepNotify:
+			if len(step.Records) == 0 {
+				return s.position(s.base, false), true
+			}
 			b := s.position(step.Records[len(step.Records)-1].Position.Order, false)
 			for _, r := range step.Records {
 				b.recs = append(b.recs, simRecord{topic: r.Topic, order: r.Position.Order})
