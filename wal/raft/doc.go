@@ -126,6 +126,9 @@
 // supported. A replica whose files were lost must not simply start empty
 // (it could vote twice in a term): that needs a membership change.
 // Describe reports this node's copy of a partition when it has one.
+// Topics lists the topics this node has applied; a topic just created
+// elsewhere is listed a moment later (the other calls ask the meta
+// partition's leader about a topic this node does not know yet).
 // ProducerState, having no context in wal.Log's signature, waits up to
 // Config.RequestTimeout and returns ok false (with an error logged) when
 // no leader answers; ProducerStateContext tells the two apart. Memory per

@@ -293,8 +293,43 @@ func (l *Log) topic(name string) (*topicMeta, error) {
 	return tm, nil
 }
 
-func (l *Log) partition(name string, part int32) (*topicMeta, error) {
+// topicCtx is topic, asking the leader of the cluster's meta partition
+// when this node does not know the topic (yet): every node learns a new
+// topic when it applies its record, which may trail its creation.
+func (l *Log) topicCtx(ctx context.Context, name string) (*topicMeta, error) {
 	tm, err := l.topic(name)
+	if err == nil {
+		return tm, nil
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	err = l.route(ctx, groupKey{MetaTopic, 0}, l.nodes, func(ctx context.Context, g *group) error {
+		tm, err = l.topic(name)
+		return err
+	}, func(ctx context.Context, node uint64) error {
+		e := enc{}
+		putTimeout(&e, ctx)
+		e.str(name)
+		body, err := l.tr.call(ctx, node, opTopicMeta, e.b)
+		if err != nil {
+			return err
+		}
+		d := dec{b: body}
+		key, value := d.bytes(), d.bytes()
+		if d.err != nil {
+			return d.err
+		}
+		tm, err = decodeTopicMeta(wal.Record{Key: key, Value: value})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return tm, nil
+}
+
+func (l *Log) partition(ctx context.Context, name string, part int32) (*topicMeta, error) {
+	tm, err := l.topicCtx(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -313,6 +348,7 @@ func (l *Log) route(ctx context.Context, key groupKey, replicas []uint64, local 
 	var lastErr error
 	backoff := 5 * time.Millisecond
 	next := rand.IntN(len(replicas))
+	selfFailed := false // this node's replica stopped: ask the others
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			if lastErr == nil {
@@ -322,7 +358,7 @@ func (l *Log) route(ctx context.Context, key groupKey, replicas []uint64, local 
 		}
 		target := hint
 		if target == 0 {
-			if g := l.group(key); g != nil {
+			if g := l.group(key); g != nil && !selfFailed {
 				g.mu.Lock()
 				target = g.status.Leader
 				g.mu.Unlock()
@@ -332,6 +368,10 @@ func (l *Log) route(ctx context.Context, key groupKey, replicas []uint64, local 
 			} else {
 				target = replicas[next%len(replicas)]
 				next++
+				if target == l.self && selfFailed && len(replicas) > 1 {
+					target = replicas[next%len(replicas)]
+					next++
+				}
 			}
 		}
 		var err error
@@ -356,6 +396,8 @@ func (l *Log) route(ctx context.Context, key groupKey, replicas []uint64, local 
 		lastErr = err
 		var nl *NotLeaderError
 		switch {
+		case errors.Is(err, ErrOutcomeUnknown):
+			return err // a retry could write it twice: the caller decides
 		case errors.As(err, &nl):
 			if nl.Leader != 0 && nl.Leader != hint {
 				hint = nl.Leader
@@ -365,6 +407,8 @@ func (l *Log) route(ctx context.Context, key groupKey, replicas []uint64, local 
 		case errors.Is(err, errUnreachable), errors.Is(err, ErrNotReplica), errors.Is(err, ErrLost),
 			errors.Is(err, wal.ErrClosed) && target != l.self:
 			hint = 0
+		case errors.Is(err, ErrGroupFailed) && target == l.self && len(replicas) > 1:
+			hint, selfFailed = 0, true
 		default:
 			return err
 		}
@@ -398,7 +442,7 @@ func (l *Log) Append(ctx context.Context, topic string, part int32, recs []wal.R
 // AppendInfo is Append that also says which leader, in which term,
 // accepted the batch.
 func (l *Log) AppendInfo(ctx context.Context, topic string, part int32, recs []wal.Record, opts wal.AppendOptions) (wal.AppendResult, AppendInfo, error) {
-	tm, err := l.partition(topic, part)
+	tm, err := l.partition(ctx, topic, part)
 	if err != nil {
 		return wal.AppendResult{}, AppendInfo{}, fmt.Errorf("append: %w", err)
 	}
@@ -464,7 +508,7 @@ func (l *Log) appendBatch(ctx context.Context, key groupKey, replicas []uint64, 
 // Fetch returns committed records of a partition from offset on, read at
 // its leader; see wal.Log.Fetch.
 func (l *Log) Fetch(ctx context.Context, topic string, part int32, offset int64, opts wal.FetchOptions) (wal.FetchResult, error) {
-	tm, err := l.partition(topic, part)
+	tm, err := l.partition(ctx, topic, part)
 	if err != nil {
 		return wal.FetchResult{}, fmt.Errorf("fetch: %w", err)
 	}
@@ -512,7 +556,7 @@ func decodeFetch(body []byte) (wal.FetchResult, error) {
 // leader, which has committed an entry of its term: its high watermark is
 // the whole committed log.
 func (l *Log) offsets(ctx context.Context, topic string, part int32) (int64, int64, error) {
-	tm, err := l.partition(topic, part)
+	tm, err := l.partition(ctx, topic, part)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -578,7 +622,7 @@ func (l *Log) ProducerState(topic string, part int32, producerID int64) (wal.Pro
 
 // ProducerStateContext is ProducerState with a context and an error.
 func (l *Log) ProducerStateContext(ctx context.Context, topic string, part int32, producerID int64) (wal.ProducerState, bool, error) {
-	tm, err := l.partition(topic, part)
+	tm, err := l.partition(ctx, topic, part)
 	if err != nil {
 		return wal.ProducerState{}, false, fmt.Errorf("producer state: %w", err)
 	}
@@ -839,7 +883,7 @@ func (l *Log) Topics() []string {
 // and sizes of a partition are this node's if it replicates it (a
 // follower's high watermark may trail the leader's), else a replica's.
 func (l *Log) Describe(name string) (wal.TopicInfo, error) {
-	tm, err := l.topic(name)
+	tm, err := l.topicCtx(context.Background(), name)
 	if err != nil {
 		return wal.TopicInfo{}, fmt.Errorf("describe topic %s: %w", name, err)
 	}

@@ -125,7 +125,7 @@ func decodeStatus(d *dec) []PartitionStatus {
 // leaderGroup returns the local group of a partition once it serves, or
 // why not (*NotLeaderError, ErrNotReplica, wal.ErrUnknownTopic).
 func (l *Log) leaderGroup(ctx context.Context, topic string, part int32) (*group, error) {
-	if _, err := l.partition(topic, part); err != nil {
+	if _, err := l.partition(ctx, topic, part); err != nil {
 		return nil, err
 	}
 	g := l.group(groupKey{topic, part})
@@ -157,7 +157,10 @@ func (l *Log) request(ctx context.Context, from uint64, op uint8, body []byte) (
 		if err != nil {
 			return nil, err
 		}
-		tm, _ := l.topic(topic)
+		tm, err := l.topic(topic)
+		if err != nil {
+			return nil, err
+		}
 		if len(raw) > int(tm.cfg.MaxMessageBytes) {
 			return nil, fmt.Errorf("append to %s-%d: %w: %d bytes > %d", topic, part, wal.ErrRecordTooLarge, len(raw), tm.cfg.MaxMessageBytes)
 		}
@@ -323,6 +326,21 @@ func (l *Log) request(ctx context.Context, from uint64, op uint8, body []byte) (
 		if err := g.do(ctx, func() { g.rn.ReportSnapshot(from, status) }); err != nil {
 			return nil, err
 		}
+	case opTopicMeta:
+		name := d.str()
+		if d.err != nil {
+			return nil, d.err
+		}
+		if _, err := l.leaderGroup(ctx, MetaTopic, 0); err != nil {
+			return nil, err
+		}
+		tm, err := l.topic(name)
+		if err != nil {
+			return nil, err
+		}
+		rec := encodeTopicMeta(tm)
+		e.bytes(rec.Key)
+		e.bytes(rec.Value)
 	case opStatus:
 		encodeStatus(&e, l.Partitions())
 	case opTopics:

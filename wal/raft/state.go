@@ -151,19 +151,24 @@ func (m *metaState) apply(recs []wal.Record) error {
 		if err != nil {
 			return err
 		}
-		m.mu.Lock()
+		m.mu.RLock()
 		_, exists := m.topics[tm.name]
-		if !exists {
-			m.topics[tm.name] = tm
-			close(m.changed)
-			m.changed = make(chan struct{})
+		m.mu.RUnlock()
+		if exists {
+			continue
 		}
-		m.mu.Unlock()
-		if !exists && m.created != nil {
+		// The local replicas first: once the topic is known here, this
+		// node can serve it.
+		if m.created != nil {
 			if err := m.created(tm); err != nil {
 				return err
 			}
 		}
+		m.mu.Lock()
+		m.topics[tm.name] = tm
+		close(m.changed)
+		m.changed = make(chan struct{})
+		m.mu.Unlock()
 	}
 	return nil
 }

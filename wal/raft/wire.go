@@ -25,6 +25,7 @@ const (
 	opStatus         = 12 // () → node status (leaders, terms) for tests and tools
 	opLocalRead      = 13 // topic, partition, offset, max bytes → next, hw, start, records, read from this node's committed log
 	opTopics         = 14 // () → names
+	opTopicMeta      = 15 // name → the topic's cluster record (key, value), at the meta leader
 )
 
 // Error codes on the wire.
