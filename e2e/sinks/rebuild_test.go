@@ -95,7 +95,8 @@ func redisRows(ctx context.Context, c *goredis.Client) (map[string]any, string, 
 // TestRebuildLive rebuilds both views through the sluice binary's API (sluice rebuild) while
 // readers query them without pause: every read of the Elasticsearch aliases and every lookup
 // through the Redis pointer sees the complete view, before, during and after the switch; the
-// views end in the new index generation and key generation, equal to the source rows.
+// views end in the new index generation and key generation, equal to the source rows. Before
+// the rebuild, /metrics must serve both sinks' statistics (checkSinkMetrics).
 func TestRebuildLive(t *testing.T) {
 	es, rd := servers(t)
 	dir := t.TempDir()
@@ -140,6 +141,7 @@ func TestRebuildLive(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+	checkSinkMetrics(t, port, logPath)
 
 	var (
 		stop      atomic.Bool
