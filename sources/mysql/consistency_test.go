@@ -148,17 +148,7 @@ func TestSnapshotStreamUnderWritesWithCrashes(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	// catch up: read until an empty (heartbeat) batch says the binlog is drained
-	for {
-		b, err := src.Read(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.add(b)
-		if len(b.Records) == 0 {
-			break
-		}
-	}
+	drain(t, ctx, m, src, &l)
 	for _, tbl := range []string{"ids", "strs"} {
 		want := tableState(t, m, db, tbl)
 		got := l.fold(t, "test."+db+"."+tbl)

@@ -266,3 +266,39 @@ func tableState(t testing.TB, m *harness.MariaDB, db, tbl string) map[string]str
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// drain reads from src into l until a heartbeat batch is at or past the server's binlog head
+// as it is now: every change committed before the call is in l. (Heartbeats made before the
+// last changes may still be queued, so an empty batch alone does not say that.)
+func drain(t testing.TB, ctx context.Context, m *harness.MariaDB, src *Source, l *testLog) {
+	t.Helper()
+	c, err := client.Connect(m.Addr(), m.AppUser, m.AppPassword, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Execute("SHOW MASTER STATUS")
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, _ := r.GetString(0, 0)
+	pos, _ := r.GetUint(0, 1)
+	headSeq, _ := fileSeq(file)
+	for {
+		b, err := src.Read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		l.add(b)
+		if len(b.Records) > 0 || b.Position.IsZero() {
+			continue
+		}
+		st, err := parseState(b.Position.State)
+		if err != nil || st.Snapshot != nil {
+			continue
+		}
+		if seq, _ := fileSeq(st.File); seq > headSeq || seq == headSeq && uint64(st.Pos) >= pos {
+			return
+		}
+	}
+}

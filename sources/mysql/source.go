@@ -194,7 +194,7 @@ func (s *Source) startStreaming(ctx context.Context, st *state) error {
 	s.phase = phaseStreaming
 	s.epoch = st.Epoch
 	s.strm = newStreamer(s, st)
-	return s.strm.open(ctx)
+	return s.strm.start(ctx)
 }
 
 // Read implements connect.Source.
@@ -271,7 +271,7 @@ func (s *Source) Close(ctx context.Context) error {
 		s.snap.close()
 	}
 	if s.strm != nil {
-		s.strm.close()
+		s.strm.shutdown()
 	}
 	s.stats.connected.Store(false)
 	return nil

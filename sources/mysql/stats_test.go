@@ -102,18 +102,7 @@ func TestStats(t *testing.T) {
 	headFile, _ := r.GetString(0, 0)
 	headPos, _ := r.GetInt(0, 1)
 	before := len(l.recs)
-	read(func() bool { return len(l.recs) >= before+4 })
-	// a heartbeat: every event up to the head was read
-	for {
-		b, err := src.Read(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.add(b)
-		if len(b.Records) == 0 {
-			break
-		}
-	}
+	drain(t, ctx, m, src, &l)
 	if got := len(l.recs) - before; got != 4 {
 		t.Fatalf("streamed %d records, want 4 (insert, update, insert, schema change)", got)
 	}

@@ -95,9 +95,12 @@ type streamer struct {
 
 	tables map[uint64]*tableMeta
 
-	lastPos       connect.Position // position of the last batch returned
-	lastBatchTime time.Time
-	pendingErr    error
+	// the producer (after start); read takes its batches
+	out        chan streamItem
+	pcancel    context.CancelFunc
+	pwg        sync.WaitGroup
+	err        error // the error that ended the stream, returned by every later read
+	pendingErr error
 }
 
 func newStreamer(s *Source, st *state) *streamer {
@@ -211,6 +214,16 @@ func (h *eventHandler) HandleEvent(e *replication.BinlogEvent) error {
 	}
 }
 
+// shutdown stops the producer and the binlog reader, and waits for their goroutines.
+func (m *streamer) shutdown() {
+	if m.pcancel != nil {
+		m.pcancel()
+		m.pwg.Wait()
+		m.pcancel = nil
+	}
+	m.close()
+}
+
 // close stops the binlog reader and waits for its goroutines.
 func (m *streamer) close() {
 	m.mu.Lock()
@@ -307,8 +320,64 @@ type batch struct {
 	recs []connect.Record
 }
 
-// read implements Source.Read while streaming.
+// start opens the binlog reader and starts the producer.
+func (m *streamer) start(ctx context.Context) error {
+	if err := m.open(ctx); err != nil {
+		return err
+	}
+	m.out = make(chan streamItem, 2)
+	pctx, cancel := context.WithCancel(context.Background())
+	m.pcancel = cancel
+	m.pwg.Add(1)
+	go func() {
+		defer m.pwg.Done()
+		m.produce(pctx)
+	}()
+	return nil
+}
+
+// streamItem is a batch of the producer for read, or the error that ends the stream.
+type streamItem struct {
+	b   connect.Batch
+	err error
+}
+
+// produce makes batches until ctx is cancelled or an error ends the stream. It runs in a
+// goroutine of its own, so that the records of the next batch are built while the runtime
+// handles the last one.
+func (m *streamer) produce(ctx context.Context) {
+	for {
+		b, err := m.readBatch(ctx)
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+		select {
+		case m.out <- streamItem{b: b, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// read implements Source.Read while streaming: the producer's next batch.
 func (m *streamer) read(ctx context.Context) (connect.Batch, error) {
+	if m.err != nil {
+		return connect.Batch{}, m.err
+	}
+	select {
+	case it := <-m.out:
+		m.err = it.err
+		return it.b, it.err
+	case <-ctx.Done():
+		return connect.Batch{}, ctx.Err()
+	}
+}
+
+// readBatch reads the next batch from the binlog (in the producer).
+func (m *streamer) readBatch(ctx context.Context) (connect.Batch, error) {
 	s := m.s
 	// a backlog fills batches: size the next like the last
 	b := &batch{recs: make([]connect.Record, 0, min(max(m.lastLen, 64), s.cfg.maxBatch))}
@@ -355,7 +424,6 @@ func (m *streamer) read(ctx context.Context) (connect.Batch, error) {
 			}
 			// heartbeat: the newest position, so an idle or filtered stream advances
 			p := m.position()
-			m.lastPos = p
 			return connect.Batch{Position: p}, nil
 		}
 		if err := m.handle(ctx, it.ev, it.final, b); err != nil {
@@ -397,7 +465,6 @@ func (m *streamer) finish(b *batch) connect.Batch {
 		s.stats.behindMs.Store(max(0, s.now().UnixMilli()-b.recs[len(b.recs)-1].Timestamp.UnixMilli()))
 	}
 	p := m.position()
-	m.lastPos = p
 	return connect.Batch{Records: b.recs, Position: p}
 }
 
@@ -998,7 +1065,9 @@ func (m *streamer) definitions(ctx context.Context, st ddlStmt) ([]tableDef, err
 			if err != nil {
 				return err
 			}
+			stop := context.AfterFunc(ctx, func() { abort(c) })
 			t, infos, err := m.s.readTable(c, n.db, n.table)
+			stop()
 			if err != nil {
 				m.qconn.Close()
 				m.qconn = nil
