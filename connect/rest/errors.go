@@ -42,6 +42,7 @@ func fromRuntime(err error) *apiError {
 	var wt *runtime.WaitTimeoutError
 	var soe *runtime.SinkOffsetError
 	var oe *runtime.OffsetError
+	var sre *runtime.SnapshotRequestError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -57,8 +58,10 @@ func fromRuntime(err error) *apiError {
 		return badRequest("%v", err)
 	case errors.Is(err, runtime.ErrRebuildRunning), errors.Is(err, runtime.ErrNotRunning):
 		return errorf(http.StatusConflict, "%v", err)
-	case errors.Is(err, runtime.ErrNoRebuild):
+	case errors.Is(err, runtime.ErrNoRebuild), errors.Is(err, runtime.ErrNoSnapshots):
 		return badRequest("%v", err)
+	case errors.As(err, &sre):
+		return badRequest("%v", sre.Err)
 	case errors.As(err, &we):
 		return badRequest("%s", we.Msg)
 	case errors.As(err, &wt):

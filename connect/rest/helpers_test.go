@@ -56,6 +56,7 @@ type env struct {
 }
 
 type envOptions struct {
+	plugins []connect.Plugin // more plugins
 	token   string
 	environ map[string]string // for ${env:...}
 	prepare func(rt *runtime.Runtime)
@@ -72,6 +73,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	logger := slog.New(levels.Handler(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug - 4})))
 	sink := runtimetest.NewSink()
 	plugins := []connect.Plugin{datagen.Plugin(), file.Plugin(), mysql.Plugin(), sink.Plugin("mem")}
+	plugins = append(plugins, o.plugins...)
 	reg, err := connect.NewRegistry(append(plugins, transforms.Plugins()...)...)
 	if err != nil {
 		t.Fatal(err)

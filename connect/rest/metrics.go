@@ -231,6 +231,7 @@ var statAliases = map[string]string{
 var gaugeStats = map[string]bool{
 	"milliseconds_behind_source": true, "slot_lag_bytes": true, "binlog_position": true,
 	"rows_total_estimate": true, "queue_remaining_capacity": true, "queue_total_capacity": true,
+	"remaining_table_count": true,
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))

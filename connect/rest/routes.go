@@ -50,6 +50,11 @@ func (s *Server) buildRoutes() []route {
 		r("GET", "/connectors/{c}/rebuild", s.rebuildStatus),
 		r("GET", "/connectors/{c}/lag", s.lag),
 		r("GET", "/connectors/{c}/wait", s.wait),
+		r("POST", "/connectors/{c}/snapshots", s.startSnapshot),
+		r("GET", "/connectors/{c}/snapshots", s.snapshotStatus),
+		r("PUT", "/connectors/{c}/snapshots/pause", s.snapshotSignal("pause-snapshot")),
+		r("PUT", "/connectors/{c}/snapshots/resume", s.snapshotSignal("resume-snapshot")),
+		r("DELETE", "/connectors/{c}/snapshots", s.snapshotSignal("stop-snapshot")),
 		r("GET", "/metrics", s.metrics),
 	}
 	health := r("GET", "/health", s.health)

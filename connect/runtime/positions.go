@@ -20,6 +20,7 @@ import (
 // after a write. The runtime knows the documented State formats of the sources it ships:
 //
 //	mysql     {"v":1,"epoch":0,"file":"mariadb-bin.000003","pos":1234,"row":2,"gtid":"0-1-42"}
+//	          (both add "incremental": the incremental snapshot queue, see sources/snapshot)
 //	          Debezium: {"file":"mariadb-bin.000003","pos":1234}; wait: "mariadb-bin.000003:1234"
 //	          (SHOW MASTER STATUS after the write)
 //	postgres  {"v":1,"epoch":0,"lsn":"0/16B3748","change":3,"record":1,"end":"0/16B37B0"}
@@ -182,7 +183,8 @@ func mysqlState(fields map[string]json.RawMessage, current []byte) ([]byte, []co
 		snapshot           json.RawMessage
 	)
 	if _, sluice := fields["v"]; sluice {
-		errs := decodeFields(fields, map[string]any{"v": &v, "epoch": &epoch, "file": &file, "pos": &pos, "row": &row, "gtid": &gtid, "snapshot": &snapshot})
+		var incremental json.RawMessage
+		errs := decodeFields(fields, map[string]any{"v": &v, "epoch": &epoch, "file": &file, "pos": &pos, "row": &row, "gtid": &gtid, "snapshot": &snapshot, "incremental": &incremental})
 		if len(errs) > 0 {
 			return nil, errs
 		}
@@ -279,7 +281,8 @@ func postgresState(fields map[string]json.RawMessage, current []byte) ([]byte, [
 			lsn, end    string
 			snapshotRaw json.RawMessage
 		)
-		errs := decodeFields(fields, map[string]any{"v": &v, "epoch": &epoch, "lsn": &lsn, "change": &change, "record": &record, "end": &end, "snapshot": &snapshotRaw})
+		var incremental json.RawMessage
+		errs := decodeFields(fields, map[string]any{"v": &v, "epoch": &epoch, "lsn": &lsn, "change": &change, "record": &record, "end": &end, "snapshot": &snapshotRaw, "incremental": &incremental})
 		if len(errs) > 0 {
 			return nil, errs
 		}

@@ -89,6 +89,8 @@ type sourceTask struct {
 	policy *errorPolicy
 	spec   TopicSpec // of the topics this connector creates
 
+	prompt PromptCommitter // the source, if it asks for prompt commits
+
 	// Reader-only state.
 	floor     map[TopicPartition][]byte // Order of the last record stored per partition
 	skipped   int64                     // replayed records dropped since the start
@@ -124,6 +126,7 @@ func (c *connector) runSource(ctx, force context.Context) error {
 		policy: newErrorPolicy(c.Name, c.Config, c.logger, &c.rejected),
 		floor:  map[TopicPartition][]byte{},
 	}
+	t.prompt, _ = src.(PromptCommitter)
 	c.setLive(src, prod.id, committed)
 	defer func() {
 		c.setLive(nil, 0, connect.Position{})
@@ -165,6 +168,11 @@ func (t *sourceTask) run(ctx, force context.Context, committed connect.Position)
 		return t.appendLoop(gctx, free, toAppend, slot)
 	})
 	g.Go(func() error { return t.commitLoop(gctx, slot, t.c.Config.Millis(KeyFlushInterval)) })
+	if sn, ok := t.src.(Snapshotter); ok {
+		if topic, group := signalTopic(t.c); topic != "" {
+			g.Go(func() error { return t.readSignals(readCtx, sn, topic, group) })
+		}
+	}
 	err := g.Wait()
 	if t.skipped > 0 && !t.resumed {
 		t.c.logger.Info("replayed records skipped", "skipped", t.skipped)
@@ -380,7 +388,7 @@ func (t *sourceTask) appendLoop(ctx context.Context, free chan<- *sourceBatch, i
 		pos := b.pos
 		free <- b
 		if !pos.IsZero() {
-			slot.offer(pos)
+			slot.offer(pos, t.prompt != nil && t.prompt.CommitNow())
 			t.c.setAppended(pos)
 		} else if b.records > 0 {
 			t.c.progress.Add(1)
@@ -423,6 +431,7 @@ type positionSlot struct {
 	mu        sync.Mutex
 	pos       connect.Position
 	pending   bool
+	urgent    bool // commit the pending position without waiting for the interval
 	committed connect.Position
 	closed    bool
 	changed   chan struct{} // closed and replaced by offer and close
@@ -432,10 +441,11 @@ func newPositionSlot(committed connect.Position) *positionSlot {
 	return &positionSlot{committed: committed, changed: make(chan struct{})}
 }
 
-func (s *positionSlot) offer(pos connect.Position) {
+func (s *positionSlot) offer(pos connect.Position, urgent bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pos, s.pending = pos, true
+	s.urgent = s.urgent || urgent
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
@@ -453,9 +463,9 @@ func (s *positionSlot) close() {
 func (s *positionSlot) take(ctx context.Context, notBefore time.Time) (connect.Position, bool) {
 	for {
 		s.mu.Lock()
-		if s.pending && (s.closed || !time.Now().Before(notBefore)) {
+		if s.pending && (s.closed || s.urgent || !time.Now().Before(notBefore)) {
 			pos := s.pos
-			s.pending = false
+			s.pending, s.urgent = false, false
 			same := bytes.Equal(pos.Order, s.committed.Order) && bytes.Equal(pos.State, s.committed.State)
 			s.committed = pos
 			s.mu.Unlock()
