@@ -59,6 +59,8 @@ Client commands (they call the admin API of a running sluice):
   sluice plugins list
   sluice rebuild CONNECTOR [--no-wait]
   sluice wait CONNECTOR POSITION [--timeout 30s] [--source NAME]
+  sluice snapshots start CONNECTOR TABLE... [--filter TABLE=CONDITION] [--chunk-size N] [--blocking]
+  sluice snapshots status CONNECTOR [--watch] | pause CONNECTOR | resume CONNECTOR | stop CONNECTOR [TABLE...]
   client flags: [--server URL] [--token TOKEN] [-o table|json] [--insecure]
 PIPELINE is a YAML file or a directory of them. --server defaults to $SLUICE_SERVER, else
 http://127.0.0.1:8083; --token to $SLUICE_TOKEN.
@@ -94,6 +96,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdRebuild(args[1:], stdout)
 	case "wait":
 		err = cmdWait(args[1:], stdout)
+	case "snapshots", "snapshot":
+		err = cmdSnapshots(args[1:], stdout)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "sluice %s\n", version)
 	case "help", "-h", "--help":

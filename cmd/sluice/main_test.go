@@ -52,3 +52,35 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("validate with a bad transform: exit %d\n%s", code, errs)
 	}
 }
+
+func TestSnapshotsStatusRendering(t *testing.T) {
+	eta := 9.0
+	st := snapshotStatusJSON{Name: "pg", State: "RUNNING", ChunkID: 41, RemainingTables: 1}
+	st.Tables = append(st.Tables, struct {
+		Table         string   `json:"table"`
+		Type          string   `json:"type"`
+		State         string   `json:"state"`
+		Filter        string   `json:"filter"`
+		RowsScanned   int64    `json:"rows_scanned"`
+		TotalEstimate int64    `json:"total_estimate"`
+		Percent       float64  `json:"percent"`
+		RowsPerSecond float64  `json:"rows_per_second"`
+		ETASeconds    *float64 `json:"eta_seconds"`
+	}{Table: "public.orders", Type: "incremental", State: "RUNNING", RowsScanned: 90400, TotalEstimate: 200000, Percent: 45.2, RowsPerSecond: 12345.4, ETASeconds: &eta})
+	var b bytes.Buffer
+	if err := renderSnapshots(&b, st, true); err != nil {
+		t.Fatal(err)
+	}
+	want := "pg: RUNNING, 41 chunk(s) read, 1 table(s) left\n" +
+		"TABLE          TYPE         STATE    PROGRESS                       ROWS             RATE      ETA\n" +
+		"public.orders  incremental  RUNNING  [#########...........]  45.2%  90,400/~200,000  12,345/s  9s\n"
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+	if code, _, errs := runCmd("snapshots", "start", "pg"); code != 2 || !strings.HasPrefix(errs, "sluice: snapshots start: want CONNECTOR TABLE...") {
+		t.Fatalf("start without tables: %d %q", code, errs)
+	}
+	if code, _, errs := runCmd("snapshots", "start", "pg", "public.t", "--filter", "nocondition"); code != 2 || !strings.Contains(errs, `--filter "nocondition": want TABLE=CONDITION`) {
+		t.Fatalf("bad filter: %d %q", code, errs)
+	}
+}
