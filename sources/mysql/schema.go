@@ -30,9 +30,10 @@ type table struct {
 	topic    string
 
 	// derived by finishTable, for building records
-	nOut    int // columns in row images (not excluded)
-	dbBox   any // db, boxed once
-	nameBox any // name, boxed once
+	nOut      int  // columns in row images (not excluded)
+	keyPrefix bool // the key is the first len(key) fields of a row image, which records share
+	dbBox     any  // db, boxed once
+	nameBox   any  // name, boxed once
 }
 
 func (t *table) id() string { return t.db + "." + t.name }
@@ -266,6 +267,13 @@ func (s *Source) finishTable(t *table, pk []int) {
 		}
 	}
 	t.topic = s.cfg.prefix + "." + t.db + "." + t.name
+	// a key made of the first columns of the images, unmasked, is a prefix of the image
+	t.keyPrefix = len(t.key) > 0
+	for j, i := range t.key {
+		if c := &t.cols[i]; c.out != j || c.mask != nil {
+			t.keyPrefix = false
+		}
+	}
 }
 
 // sameMeta reports whether a table map event body equals the cached one.

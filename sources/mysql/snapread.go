@@ -419,9 +419,13 @@ func (cv *converter) convert(rs *rowSet) ([]connect.Record, error) {
 		recs = append(recs, cv.truncateRecord(rs))
 	}
 	nk := len(t.key)
+	nkf := nk // key fields of the block
+	if t.keyPrefix {
+		nkf = 0 // the key shares the image's fields
+	}
 	for r := 0; r < rs.n; r++ {
 		row := rs.row(r)
-		blk := cv.fields.newBlock(0, t.nOut, nk)
+		blk := cv.fields.newBlock(0, t.nOut, nkf)
 		for i := range t.cols {
 			c := &t.cols[i]
 			if c.excluded {
@@ -437,7 +441,10 @@ func (cv *converter) convert(rs *rowSet) ([]connect.Record, error) {
 			blk.after[c.out] = connect.Field{Name: c.name, Value: v}
 		}
 		var key any
-		if nk > 0 {
+		switch {
+		case nk > 0 && t.keyPrefix:
+			key = cv.bx.row(blk.after[:nk:nk])
+		case nk > 0:
 			for j, i := range t.key {
 				c := &t.cols[i]
 				if !c.excluded && c.mask == nil {

@@ -705,7 +705,10 @@ func (m *streamer) rowChange(b *batch, t *table, op connect.Op, images [][]any, 
 		beforeSrc = images[0]
 	}
 	nk := len(t.key)
-	if op == connect.OpUpdate && nk > 0 && !sameRawKey(t, beforeSrc, afterSrc) {
+	if t.keyPrefix {
+		nk = 0 // the key shares the image's fields
+	}
+	if op == connect.OpUpdate && len(t.key) > 0 && !sameRawKey(t, beforeSrc, afterSrc) {
 		// an update that changes the key: Debezium emits a delete of the old key (and its
 		// tombstone) and a create of the new one
 		del := m.fields.newBlock(t.nOut, 0, nk)
@@ -820,6 +823,9 @@ func (m *streamer) fillImage(dst connect.Row, t *table, row []any) error {
 func (m *streamer) fillKey(dst connect.Row, t *table, row []any, img connect.Row) (any, error) {
 	if len(t.key) == 0 {
 		return nil, nil
+	}
+	if t.keyPrefix && img != nil {
+		return m.bx.row(img[:len(t.key):len(t.key)]), nil
 	}
 	for j, i := range t.key {
 		c := &t.cols[i]
