@@ -275,7 +275,7 @@ func (sn *snapshotter) chunk(ctx context.Context) ([]*rowSet, error) {
 		}
 		args = append(args, limit)
 	}
-	text := textKeys(t, mode) && intArgs(args)
+	text := textKeys(t, mode) && intArgs(args) && !s.forcePrepared
 	if !text {
 		kind := 1
 		if first {

@@ -42,6 +42,8 @@ type Source struct {
 	stats       stats
 	now         func() time.Time
 	srcTemplate [srcFields]connect.Field // see sourceTemplate
+
+	forcePrepared bool // tests: every snapshot chunk through a prepared statement
 }
 
 const phaseIdle = 2
