@@ -481,9 +481,10 @@ func (g *group) onReady(rd etcdraft.Ready) {
 			g.appendQ = append(g.appendQ, m)
 			appends = true
 		case etcdraft.LocalApplyThread:
-			if g.apply == nil && !g.inline && len(g.applyQ) == 0 {
+			if g.apply == nil && !g.inline {
 				// A data partition's apply only moves the committed end and
-				// answers appends: done here, without a goroutine switch.
+				// answers appends: done here, without a goroutine switch
+				// (its applier never gets anything, so order is kept).
 				applyNow = append(applyNow, m)
 				continue
 			}
