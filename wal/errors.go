@@ -30,6 +30,10 @@ var (
 	// write or fsync failed on it: what reached the disk is unknown, so the
 	// partition stops until the log is reopened and recovers it.
 	ErrPartitionFailed = errors.New("partition failed and needs a reopen")
+	// ErrInternalTopic is returned by Append to one of the log's own
+	// topics (OffsetsTopic, ProducersTopic), which only the log writes:
+	// through CommitOffsets and InitProducer.
+	ErrInternalTopic = errors.New("topic is internal to the log")
 )
 
 // OffsetOutOfRangeError is returned by Fetch for an offset outside

@@ -84,8 +84,12 @@ func (l *Log) loadProducerIDs() error {
 // ErrProducerFenced. An empty transactional id gets a fresh id each time.
 // A new epoch starts its sequences at 0 in every partition.
 func (l *Log) InitProducer(ctx context.Context, transactionalID string) (int64, int16, error) {
-	l.prodMu.Lock()
-	defer l.prodMu.Unlock()
+	// initMu serialises allocations; prodMu is held only to read and
+	// update the maps, never across the append, so that appends (which
+	// read epochs) do not wait for this fsync.
+	l.initMu.Lock()
+	defer l.initMu.Unlock()
+	l.prodMu.RLock()
 	pe := producerIDEpoch{id: l.nextProdID}
 	key := []byte("n")
 	if transactionalID != "" {
@@ -94,10 +98,13 @@ func (l *Log) InitProducer(ctx context.Context, transactionalID string) (int64, 
 			pe = producerIDEpoch{id: cur.id, epoch: cur.epoch + 1}
 		}
 	}
-	_, err := l.Append(ctx, ProducersTopic, 0, []Record{{Key: key, Value: encodeProducerValue(pe)}}, AppendOptions{})
+	l.prodMu.RUnlock()
+	_, err := l.appendInternal(ctx, ProducersTopic, 0, []Record{{Key: key, Value: encodeProducerValue(pe)}}, AppendOptions{})
 	if err != nil {
 		return 0, 0, fmt.Errorf("init producer: %w", err)
 	}
+	l.prodMu.Lock()
+	defer l.prodMu.Unlock()
 	if pe.id >= l.nextProdID {
 		l.nextProdID = pe.id + 1
 	}
@@ -194,7 +201,7 @@ func (l *Log) CommitOffsets(ctx context.Context, group string, offsets map[Topic
 	}
 	// Commits run concurrently (sharing fsyncs); the cache keeps, per
 	// partition, the value of the commit that is last in the log.
-	res, err := l.Append(ctx, OffsetsTopic, 0, recs, AppendOptions{})
+	res, err := l.appendInternal(ctx, OffsetsTopic, 0, recs, AppendOptions{})
 	if err != nil {
 		return fmt.Errorf("commit offsets of group %s: %w", group, err)
 	}

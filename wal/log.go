@@ -79,6 +79,9 @@ type Log struct {
 	topics map[string]*topic
 	closed bool
 
+	// initMu serialises InitProducer. prodMu guards the producer maps;
+	// it is never held while waiting for a partition.
+	initMu     sync.Mutex
 	prodMu     sync.RWMutex
 	txnIDs     map[string]producerIDEpoch
 	epochs     map[int64]int16
@@ -312,8 +315,8 @@ func (l *Log) createTopic(name string, cfg TopicConfig) error {
 // DeleteTopic deletes a topic and its data. Internal topics cannot be
 // deleted.
 func (l *Log) DeleteTopic(name string) error {
-	if name == OffsetsTopic || name == ProducersTopic {
-		return fmt.Errorf("delete topic %s: internal topics cannot be deleted", name)
+	if isInternalTopic(name) {
+		return fmt.Errorf("delete topic %s: %w: it cannot be deleted", name, ErrInternalTopic)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -400,7 +403,22 @@ func (l *Log) partition(topicName string, part int32) (*partition, error) {
 // id, a retry of a batch already in the log returns the original offsets
 // and writes nothing. If ctx ends while waiting for the fsync, the batch
 // may or may not be in the log; retry with the same sequence to find out.
+// The log's internal topics (OffsetsTopic, ProducersTopic) refuse appends
+// with ErrInternalTopic: their records are written by CommitOffsets and
+// InitProducer, and read back by every Open.
 func (l *Log) Append(ctx context.Context, topicName string, part int32, recs []Record, opts AppendOptions) (AppendResult, error) {
+	if isInternalTopic(topicName) {
+		return AppendResult{}, fmt.Errorf("append to %s: %w", topicName, ErrInternalTopic)
+	}
+	return l.appendInternal(ctx, topicName, part, recs, opts)
+}
+
+// isInternalTopic reports whether name is one of the log's own topics.
+func isInternalTopic(name string) bool { return name == OffsetsTopic || name == ProducersTopic }
+
+// appendInternal is Append without the internal-topic check, for the log's
+// own writes to its internal topics.
+func (l *Log) appendInternal(ctx context.Context, topicName string, part int32, recs []Record, opts AppendOptions) (AppendResult, error) {
 	p, err := l.partition(topicName, part)
 	if err != nil {
 		return AppendResult{}, fmt.Errorf("append: %w", err)

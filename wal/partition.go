@@ -518,6 +518,14 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 		h.producerID, h.producerEpoch, h.baseSequence = opts.ProducerID, opts.ProducerEpoch, opts.BaseSequence
 	}
 
+	if h.producerID > 0 {
+		// Read before taking mu: the producer maps' lock is never taken
+		// under a partition's (InitProducer appends while allocating).
+		if cur, ok := p.l.producerEpoch(h.producerID); ok && h.producerEpoch < cur {
+			return AppendResult{}, fmt.Errorf("append to %s: epoch %d, current %d: %w", p.name(), h.producerEpoch, cur, ErrProducerFenced)
+		}
+	}
+
 	p.mu.Lock()
 	if err := p.writable(); err != nil {
 		p.mu.Unlock()
@@ -529,10 +537,6 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 	}
 	var entry *producerEntry
 	if h.producerID > 0 {
-		if cur, ok := p.l.producerEpoch(h.producerID); ok && h.producerEpoch < cur {
-			p.mu.Unlock()
-			return AppendResult{}, fmt.Errorf("append to %s: %w: epoch %d, current %d", p.name(), ErrProducerFenced, h.producerEpoch, cur)
-		}
 		entry = p.producers[h.producerID]
 		if entry != nil {
 			dup, err := entry.check(h.producerEpoch, h.baseSequence, len(recs))
