@@ -230,11 +230,22 @@ func BenchmarkFetch(b *testing.B) {
 }
 
 // BenchmarkLongPollWakeup measures the time from an append's start to the
-// return of a reader waiting at the high watermark; the baseline is the
-// wake-up of a goroutine blocked on a channel that is closed.
+// return of a reader parked at the high watermark, with fsync per append
+// (the default policy: the wake-up includes the fsync) and without; the
+// baselines are the wake-up of a goroutine blocked on a channel that is
+// closed and, for the fsync case, a raw Write + Fdatasync of the batch.
 func BenchmarkLongPollWakeup(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		fsync FsyncPolicy
+	}{{"fsync=group", FsyncGroupCommit}, {"fsync=never", UnsafeFsyncNever}} {
+		b.Run(c.name, func(b *testing.B) { benchLongPoll(b, c.fsync) })
+	}
+}
+
+func benchLongPoll(b *testing.B, fsync FsyncPolicy) {
 	dir := b.TempDir()
-	l, err := Open(dir, Options{Fsync: UnsafeFsyncNever})
+	l, err := Open(dir, Options{Fsync: fsync})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -242,23 +253,21 @@ func BenchmarkLongPollWakeup(b *testing.B) {
 	if err := l.CreateTopic("bench", DefaultTopicConfig()); err != nil {
 		b.Fatal(err)
 	}
+	p, _ := l.partition("bench", 0)
 	ctx := context.Background()
 	recs := []Record{{Key: []byte("k"), Value: []byte("v")}}
 	lat := make([]time.Duration, 0, b.N)
 	got := make(chan time.Time)
 	for i := 0; i < b.N; i++ {
 		off := int64(i)
-		ready := make(chan struct{})
 		go func() {
-			close(ready)
 			res, err := l.Fetch(ctx, "bench", 0, off, FetchOptions{MaxWait: 10 * time.Second})
 			if err != nil || len(res.Records) == 0 {
 				b.Error("long poll returned no record", err)
 			}
 			got <- time.Now()
 		}()
-		<-ready
-		waitParked(l, off)
+		waitParked(b, p, 1)
 		t0 := time.Now()
 		if _, err := l.Append(ctx, "bench", 0, recs, AppendOptions{}); err != nil {
 			b.Fatal(err)
@@ -283,14 +292,17 @@ func BenchmarkLongPollWakeup(b *testing.B) {
 	}
 	b.ReportMetric(float64(p99(lat).Microseconds()), "p99-wakeup-us")
 	b.ReportMetric(float64(p99(raw).Nanoseconds())/1e3, "raw-chan-p99-us")
-}
-
-// waitParked gives the reader time to block on the high watermark channel.
-func waitParked(l *Log, off int64) {
-	for i := 0; i < 100; i++ {
-		runtime.Gosched()
+	if fsync == FsyncGroupCommit {
+		rf := openRaw(b, b.TempDir(), encodedSize(recs), b.N)
+		defer rf.close()
+		syncs := make([]time.Duration, 0, b.N)
+		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
+			rf.append(b)
+			syncs = append(syncs, time.Since(t0))
+		}
+		b.ReportMetric(float64(p99(syncs).Microseconds()), "raw-fdatasync-p99-us")
 	}
-	_ = off
 }
 
 // BenchmarkCompaction compacts a partition of 1000 keys updated many

@@ -24,9 +24,14 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions, 
 			timer.Stop()
 		}
 	}()
-	waited := false
+	waited, unpark := false, false
 	for {
 		p.mu.Lock()
+		if unpark {
+			p.parked--
+			p.wakeups++
+			unpark = false
+		}
 		if p.closed {
 			p.mu.Unlock()
 			return ErrClosed
@@ -44,6 +49,7 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions, 
 				return nil
 			}
 			ch := p.hwCh
+			p.parked++
 			p.mu.Unlock()
 			if timer == nil {
 				timer = time.NewTimer(opts.MaxWait)
@@ -53,8 +59,12 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions, 
 			case <-timer.C:
 				waited = true
 			case <-ctx.Done():
+				p.mu.Lock()
+				p.parked--
+				p.mu.Unlock()
 				return ctx.Err()
 			}
+			unpark = true
 			continue
 		}
 		segs, mark := p.segs, p.hwMark()

@@ -44,6 +44,10 @@ type partition struct {
 	syncDone chan struct{}
 	failed   error
 	closed   bool
+	// parked counts the long-polls waiting on hwCh; wakeups counts their
+	// returns from the wait (for tests: a poll that wakes without a
+	// commit shows there).
+	parked, wakeups int
 	created  time.Time // when the active segment was opened or created
 
 	// replicated is set once a ReplicaLog owns the partition: appends go

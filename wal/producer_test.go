@@ -200,13 +200,13 @@ func TestLongPoll(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		// A long MaxWait: if the commit does not wake the reader, it
-		// returns empty after a minute and the test fails.
-		res, err := l.Fetch(ctx, "t", 0, 0, FetchOptions{MaxWait: time.Minute})
+		res, err := l.Fetch(ctx, "t", 0, 0, FetchOptions{MaxWait: time.Hour})
 		done <- result{res, err}
 	}()
+	p, _ := l.partition("t", 0)
+	waitParked(t, p, 1)
 	mustAppend(t, l, "t", 0, []Record{kv("k", "v")}, AppendOptions{})
-	r := <-done
+	r := awaitResult(t, done)
 	if r.err != nil || len(r.res.Records) != 1 || string(r.res.Records[0].Value) != "v" {
 		t.Fatalf("long poll: %+v %v", r.res, r.err)
 	}
@@ -216,8 +216,9 @@ func TestLongPoll(t *testing.T) {
 		_, err := l.Fetch(cctx, "t", 0, 1, FetchOptions{MaxWait: time.Hour})
 		done <- result{err: err}
 	}()
+	waitParked(t, p, 1)
 	cancel()
-	if r := <-done; !errors.Is(r.err, context.Canceled) {
+	if r := awaitResult(t, done); !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("cancelled long poll: %v", r.err)
 	}
 	// Close ends the wait too.
@@ -225,8 +226,9 @@ func TestLongPoll(t *testing.T) {
 		_, err := l.Fetch(ctx, "t", 0, 1, FetchOptions{MaxWait: time.Hour})
 		done <- result{err: err}
 	}()
+	waitParked(t, p, 1)
 	l.Close()
-	if r := <-done; !errors.Is(r.err, ErrClosed) {
+	if r := awaitResult(t, done); !errors.Is(r.err, ErrClosed) {
 		t.Fatalf("long poll across close: %v", r.err)
 	}
 }
