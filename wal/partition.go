@@ -48,7 +48,7 @@ type partition struct {
 	// returns from the wait (for tests: a poll that wakes without a
 	// commit shows there).
 	parked, wakeups int
-	created  time.Time // when the active segment was opened or created
+	created         time.Time // when the active segment was opened or created
 
 	// replicated is set once a ReplicaLog owns the partition: appends go
 	// through it and the committed end moves only by ReplicaLog.Commit.
