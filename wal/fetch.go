@@ -216,7 +216,7 @@ func (p *partition) offsetForTime(ts int64) (int64, error) {
 		limit := readLimit(s, mark)
 		from := floorTime(s.timeIdx, s.base, ts)
 		pos := floorOffset(s.offIdx, s.base, from)
-		r := newSegReader(s.f, limit, 1<<20)
+		r := newSegReader(s.f, limit, int(min(limit-pos, 1<<20)))
 		for pos < limit {
 			b, err := r.batchAt(pos)
 			if err != nil {

@@ -144,6 +144,9 @@ type segReader struct {
 }
 
 func newSegReader(f vfs.File, limit int64, bufSize int) *segReader {
+	// No bigger than what there is to read: a lookup in a small segment
+	// should not allocate a megabyte.
+	bufSize = int(max(min(int64(bufSize), limit), batchFixedHeader))
 	return &segReader{f: f, limit: limit, buf: make([]byte, bufSize), bufPos: -1}
 }
 
