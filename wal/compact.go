@@ -54,7 +54,8 @@ type CompactionStats struct {
 //     now + delete.retention.ms the first time compaction keeps it) has
 //     passed. A batch left empty is dropped, except the last batch of a
 //     producer, which stays (without records) to keep that producer's
-//     sequence and source position in the log.
+//     sequence and source position in the log, and the segment's last
+//     batch, which stays to keep the segment's end offset in it.
 //  3. Swap each rewritten segment in crash-safely: write X.log.cleaned and
 //     fsync it; remove X's index files; rename to X.log.swap; fsync the
 //     directory; rename over X.log; fsync the directory. On open, a
@@ -214,7 +215,7 @@ func (p *partition) rewriteSegment(s *segment, keys map[string]int64, lastBatch 
 	var wpos int64
 	changed := false
 	var buf []byte
-	err := p.eachBatch(s, 0, s.size, func(h *batchHeader, b []byte, _ int64) (bool, error) {
+	err := p.eachBatch(s, 0, s.size, func(h *batchHeader, b []byte, pos int64) (bool, error) {
 		buf = buf[:0]
 		buf = append(buf, b[:h.recordsAt]...)
 		kept := int32(0)
@@ -242,9 +243,12 @@ func (p *partition) rewriteSegment(s *segment, keys map[string]int64, lastBatch 
 		}
 		st.RecordsRemoved += int64(h.recordCount - kept)
 		isLast := h.producerID > 0 && lastBatch[h.producerID] == h.baseOffset
+		// The segment's last batch stays, emptied, so that the segment
+		// still ends where the next one begins (open checks it).
 		// Replication entries stay, emptied: Raft reads the log by index,
 		// so a replicated segment keeps every index.
-		if kept == 0 && !isLast && h.attributes&attrControl == 0 && h.index == 0 {
+		endsSegment := pos+int64(h.size()) == s.size
+		if kept == 0 && !isLast && !endsSegment && h.attributes&attrControl == 0 && h.index == 0 {
 			changed = true
 			return true, nil
 		}

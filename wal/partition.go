@@ -169,8 +169,16 @@ func (p *partition) load() error {
 			return err
 		}
 		p.segs = append(p.segs, seg)
-		if !last {
-			seg.next = bases[i+1]
+		if i > 0 {
+			// Segments are contiguous: each ends where the next begins
+			// (compaction keeps a segment's last batch, emptied if need
+			// be, so that its end stays in it). A missing or misplaced
+			// segment is lost data, not something to skip over.
+			if prev := p.segs[i-1]; prev.next != base {
+				p.closeFiles()
+				return &CorruptionError{File: prev.path, Offset: prev.size,
+					Reason: fmt.Sprintf("segment ends at offset %d but the next segment, %s, starts at %d", prev.next, segmentName(base), base)}
+			}
 		}
 	}
 	act := p.active()
@@ -285,20 +293,30 @@ func (p *partition) openSegment(base int64, active bool) (*segment, error) {
 	}
 	if !active {
 		s.size = size
-		if err := s.loadIndexes(p.fs); err == nil {
-			return s, nil
-		} else if !vfs.IsNotExist(err) && !errors.Is(err, errStaleIndex) {
+		err := s.loadIndexes(p.fs)
+		if err == nil {
+			if err = s.verifyIndexedTail(); err == nil {
+				return s, nil
+			}
+			s.resetIndex()
+		}
+		if !vfs.IsNotExist(err) && !errors.Is(err, errStaleIndex) {
 			f.Close()
 			return nil, fmt.Errorf("load indexes of %s: %w", path, err)
 		}
-		p.l.logger.Warn("rebuilding segment indexes", "topic", p.topic, "partition", p.id, "segment", path)
+		p.l.logger.Warn("rebuilding segment indexes", "topic", p.topic, "partition", p.id, "segment", path, "reason", err.Error())
 	}
-	if active && p.trustCleanShutdown(s, size) {
-		if err := p.preallocate(s, size); err != nil {
-			f.Close()
-			return nil, err
+	cleanClose := false
+	if active {
+		var trusted bool
+		cleanClose, trusted = p.trustCleanShutdown(s, size)
+		if trusted {
+			if err := p.preallocate(s, size); err != nil {
+				f.Close()
+				return nil, err
+			}
+			return s, nil
 		}
-		return s, nil
 	}
 	end, bad, err := scanSegment(s, size, p.cfg.IndexIntervalBytes, nil)
 	if err != nil {
@@ -306,7 +324,10 @@ func (p *partition) openSegment(base int64, active bool) (*segment, error) {
 		return nil, err
 	}
 	if bad != nil {
-		if !active {
+		if !active || cleanClose {
+			// A sealed segment was fsynced whole when rolled, and a
+			// cleanly closed one at exactly this size: nothing in them
+			// can be a torn write.
 			f.Close()
 			return nil, &CorruptionError{File: path, Offset: end, Reason: bad.Error()}
 		}
@@ -688,23 +709,29 @@ func decodeCleanMarker(b []byte) (base, size, next int64, ok bool) {
 }
 
 // trustCleanShutdown loads the active segment's state from the last clean
-// close if it still describes the file, and reports whether it did.
-func (p *partition) trustCleanShutdown(s *segment, size int64) bool {
+// close if it still describes the file. clean reports that the marker
+// names the segment at its current size (every byte of it was fsynced);
+// trusted, that its indexes were loaded and checked, so that it need not
+// be scanned.
+func (p *partition) trustCleanShutdown(s *segment, size int64) (clean, trusted bool) {
 	b, err := readFile(p.fs, filepath.Join(p.dir, cleanMarker))
 	if err != nil {
-		return false
+		return false, false
 	}
 	base, msize, next, ok := decodeCleanMarker(b)
 	if !ok || base != s.base || msize != size || next < s.base {
-		return false
+		return false, false
 	}
 	s.size = size
 	if err := s.loadIndexes(p.fs); err != nil {
 		s.resetIndex()
-		return false
+		return true, false
 	}
-	s.next = next
-	return true
+	if err := s.verifyIndexedTail(); err != nil || s.next != next {
+		s.resetIndex()
+		return true, false
+	}
+	return true, true
 }
 
 // writeCleanMarker persists the active segment's indexes and the marker.

@@ -105,6 +105,10 @@ func TestTailCorruptionSweep(t *testing.T) {
 		if d := cmp.Diff(wantBefore, got); d != "" {
 			t.Fatalf("%s: records (-want +got):\n%s", what, d)
 		}
+		// The torn bytes are gone from the file, not just ignored.
+		if st, err := fs.Stat(sweepSeg); err != nil || st.Size != last[0] {
+			t.Fatalf("%s: segment file is %d bytes after recovery (%v), want the valid end %d", what, st.Size, err, last[0])
+		}
 		// The producer state and source position come from the batch
 		// before the torn one.
 		ps, ok := l.ProducerState("t", 0, 1)
@@ -194,6 +198,7 @@ func TestSealedSegmentCorruption(t *testing.T) {
 	l := mustOpen(t, "/d", memOpts(fs, clk))
 	cfg := DefaultTopicConfig()
 	cfg.SegmentBytes = 1024
+	cfg.IndexIntervalBytes = 256
 	if err := l.CreateTopic("t", cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -204,18 +209,36 @@ func TestSealedSegmentCorruption(t *testing.T) {
 		t.Fatal(err)
 	}
 	seg := "/d/topics/t/0/00000000000000000000.log"
+
+	// Damage before the last index entry: the indexes check out, the open
+	// trusts them and the fetch reports it. Damage in the batches from the
+	// last entry on: the open checks those, and reports it.
+	for _, at := range []int{100, 900} {
+		fs := cloneMem(t, fs)
+		fs.Corrupt(seg, func(b []byte) []byte { b[at] ^= 0xff; return b })
+		l, err := Open("/d", memOpts(fs, clk))
+		if at == 900 {
+			var ce *CorruptionError
+			if !errors.As(err, &ce) || ce.File != seg {
+				t.Fatalf("open with the last indexed batch of a sealed segment damaged: %v, want CorruptionError in %s", err, seg)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tryReadAll(l, "t", 0)
+		var ce *CorruptionError
+		if !errors.As(err, &ce) || ce.File != seg {
+			t.Fatalf("fetch over a corrupt sealed segment: %v, want CorruptionError in %s", err, seg)
+		}
+		l.Close()
+	}
 	fs.Corrupt(seg, func(b []byte) []byte { b[300] ^= 0xff; return b })
 
-	l = mustOpen(t, "/d", memOpts(fs, clk))
-	_, err := tryReadAll(l, "t", 0)
-	var ce *CorruptionError
-	if !errors.As(err, &ce) || ce.File != seg {
-		t.Fatalf("fetch over a corrupt sealed segment: %v, want CorruptionError in %s", err, seg)
-	}
-	l.Close()
-
 	fs.Remove("/d/topics/t/0/00000000000000000000.index")
-	_, err = Open("/d", memOpts(fs, clk))
+	_, err := Open("/d", memOpts(fs, clk))
+	var ce *CorruptionError
 	if !errors.As(err, &ce) || ce.File != seg {
 		t.Fatalf("open with a corrupt sealed segment and no index: %v, want CorruptionError in %s", err, seg)
 	}

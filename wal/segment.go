@@ -247,3 +247,48 @@ func validBatchAfter(f vfs.File, from, fileSize, minOffset int64) (int64, bool) 
 }
 
 func segmentPath(dir string, base int64) string { return filepath.Join(dir, segmentName(base)) }
+
+// verifyIndexedTail checks loaded indexes against the segment before they
+// are trusted: the batch at the last offset-index entry must be a valid
+// batch with that offset, and the batches from it on must end exactly at
+// the segment's size. It sets s.next to the end offset they give. An index
+// that fails is stale (errStaleIndex), whatever its checksum says. It reads
+// at most index.interval.bytes and a batch.
+func (s *segment) verifyIndexedTail() error {
+	if s.size == 0 {
+		if len(s.offIdx) != 0 {
+			return fmt.Errorf("%w: entries for an empty segment", errStaleIndex)
+		}
+		s.next = s.base
+		return nil
+	}
+	n := len(s.offIdx)
+	if n == 0 {
+		return fmt.Errorf("%w: no entry", errStaleIndex)
+	}
+	last := s.offIdx[n-1]
+	pos, want := int64(last.pos), s.base+int64(last.rel)
+	r := newSegReader(s.f, s.size, int(min(s.size-pos, 1<<20)))
+	next := want
+	for pos < s.size {
+		b, err := r.batchAt(pos)
+		if err != nil {
+			return fmt.Errorf("read %s at %d: %w", s.path, pos, err)
+		}
+		h, err := parseBatch(b, true)
+		if err != nil {
+			return fmt.Errorf("%w: batch at indexed position %d: %v", errStaleIndex, pos, err)
+		}
+		if want >= 0 && h.baseOffset != want {
+			return fmt.Errorf("%w: last entry says offset %d at byte %d, the batch there has %d", errStaleIndex, want, pos, h.baseOffset)
+		}
+		want = -1
+		next = max(next, h.nextOffset())
+		pos += int64(h.size())
+	}
+	if pos != s.size {
+		return fmt.Errorf("%w: batches end at byte %d past the size %d", errStaleIndex, pos, s.size)
+	}
+	s.next = next
+	return nil
+}
