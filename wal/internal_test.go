@@ -168,3 +168,78 @@ func waitFor(t testing.TB, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestRetryWaitsForOriginalFsync holds the fsync of an idempotent batch
+// and retries it meanwhile: the retry finds the original in the log, but
+// must not be acknowledged before the original is durable.
+func TestRetryWaitsForOriginalFsync(t *testing.T) {
+	fs := vfs.NewMem()
+	clk := newClock()
+	ctx := context.Background()
+	l := mustOpen(t, "/d", memOpts(fs, clk))
+	defer l.Close()
+	if err := l.CreateTopic("t", DefaultTopicConfig()); err != nil {
+		t.Fatal(err)
+	}
+	id, epoch, err := l.InitProducer(ctx, "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	fs.SetSyncError(func(name string) error {
+		if strings.HasPrefix(name, "/d/topics/t/0/") && strings.HasSuffix(name, ".log") {
+			once.Do(func() { close(held) })
+			<-release
+		}
+		return nil
+	})
+	var relOnce sync.Once
+	unblock := func() { relOnce.Do(func() { close(release) }) }
+	defer unblock() // before Close, if the test fails with the fsync held
+	type result struct {
+		res AppendResult
+		err error
+	}
+	recs := []Record{kv("a", "1"), kv("b", "2")}
+	opts := AppendOptions{ProducerID: id, ProducerEpoch: epoch, BaseSequence: 0}
+	orig, retry := make(chan result, 1), make(chan result, 1)
+	go func() {
+		res, err := l.Append(ctx, "t", 0, recs, opts)
+		orig <- result{res, err}
+	}()
+	<-held
+	go func() {
+		res, err := l.Append(ctx, "t", 0, recs, opts)
+		retry <- result{res, err}
+	}()
+	p, _ := l.partition("t", 0)
+	waitFor(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.syncWaiters == 1 || len(retry) > 0
+	})
+	select {
+	case r := <-retry:
+		t.Fatalf("the retry returned %+v, %v while the original's fsync was still held", r.res, r.err)
+	default:
+	}
+	p.mu.Lock()
+	durable := p.hw
+	p.mu.Unlock()
+	if durable != 0 {
+		t.Fatalf("high watermark %d before the fsync", durable)
+	}
+	unblock()
+	o, r := awaitResult(t, orig), awaitResult(t, retry)
+	if o.err != nil || r.err != nil {
+		t.Fatalf("original: %v, retry: %v", o.err, r.err)
+	}
+	if o.res.Duplicate || !r.res.Duplicate || r.res.BaseOffset != o.res.BaseOffset || r.res.LastOffset != o.res.LastOffset {
+		t.Fatalf("original %+v, retry %+v: want the retry to be a duplicate of the original", o.res, r.res)
+	}
+	if hw, _ := l.LatestOffset("t", 0); hw != 2 {
+		t.Fatalf("high watermark %d, want 2 (written once)", hw)
+	}
+}

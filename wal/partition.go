@@ -48,6 +48,7 @@ type partition struct {
 	// returns from the wait (for tests: a poll that wakes without a
 	// commit shows there).
 	parked, wakeups int
+	syncWaiters     int       // appends waiting for another's fsync (for tests)
 	created         time.Time // when the active segment was opened or created
 
 	// replicated is set once a ReplicaLog owns the partition: appends go
@@ -646,13 +647,18 @@ func (p *partition) waitDurable(ctx context.Context, target int64) error {
 		}
 		if p.syncing {
 			done := p.syncDone
+			p.syncWaiters++
 			p.mu.Unlock()
 			select {
 			case <-done:
 			case <-ctx.Done():
+				p.mu.Lock()
+				p.syncWaiters--
+				p.mu.Unlock()
 				return fmt.Errorf("wait for fsync of %s: %w", p.name(), ctx.Err())
 			}
 			p.mu.Lock()
+			p.syncWaiters--
 			continue
 		}
 		act, written, end, pos := p.active(), p.written, p.next, p.active().size
