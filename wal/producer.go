@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -112,7 +114,9 @@ func encodeSnapshot(offset int64, producers map[int64]*producerEntry) []byte {
 	b = append(b, snapshotVersion)
 	b = be.AppendUint64(b, uint64(offset))
 	b = be.AppendUint32(b, uint32(len(producers)))
-	for id, e := range producers {
+	// By id, so that the same state always encodes to the same bytes.
+	for _, id := range slices.Sorted(maps.Keys(producers)) {
+		e := producers[id]
 		b = be.AppendUint64(b, uint64(id))
 		b = be.AppendUint16(b, uint16(e.epoch))
 		b = be.AppendUint64(b, uint64(e.lastTS))
