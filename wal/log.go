@@ -134,6 +134,13 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err := l.fs.MkdirAll(filepath.Join(dir, "topics")); err != nil {
 		return nil, fmt.Errorf("open log %s: %w", dir, err)
 	}
+	// The directories' own entries, so that topics created later are not
+	// lost with a directory entry that never reached the disk.
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := l.fs.SyncDir(d); err != nil {
+			return nil, fmt.Errorf("open log %s: %w", dir, err)
+		}
+	}
 	lock, err := l.fs.Lock(filepath.Join(dir, "LOCK"))
 	if err != nil {
 		return nil, fmt.Errorf("open log %s: %w", dir, err)
@@ -276,9 +283,10 @@ func (l *Log) CreateTopic(name string, cfg TopicConfig) error {
 	return l.createTopic(name, cfg)
 }
 
-// createTopic builds the topic's directory under a temporary name and
-// renames it into place, so that a crash leaves either no topic or a whole
-// one. Caller holds mu.
+// createTopic builds the topic's directory, with topic.conf and the
+// partition directories, under a temporary name, fsyncs it, and renames it
+// into place, so that a crash leaves either no topic or a whole one, and
+// never a topic whose partition directories can vanish. Caller holds mu.
 func (l *Log) createTopic(name string, cfg TopicConfig) error {
 	tmp := filepath.Join(l.topicsDir(), "+"+name)
 	final := filepath.Join(l.topicsDir(), name)
@@ -288,6 +296,13 @@ func (l *Log) createTopic(name string, cfg TopicConfig) error {
 	if err := l.fs.MkdirAll(tmp); err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
+	for i := int32(0); i < cfg.Partitions; i++ {
+		if err := l.fs.MkdirAll(filepath.Join(tmp, strconv.Itoa(int(i)))); err != nil {
+			return fmt.Errorf("create topic %s: %w", name, err)
+		}
+	}
+	// writeFileAtomic fsyncs tmp, which makes the partition directories'
+	// entries durable too.
 	if err := writeFileAtomic(l.fs, tmp, filepath.Join(tmp, "topic.conf"), encodeTopicConf(cfg)); err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}

@@ -190,3 +190,45 @@ func TestStaleIndexWithValidChecksum(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestCreatedTopicSurvivesLostDirectoryEntries crashes a file system that
+// loses every directory entry not made durable by an fsync of its parent:
+// a topic created, written to and acknowledged must come back whole.
+func TestCreatedTopicSurvivesLostDirectoryEntries(t *testing.T) {
+	fs := vfs.NewMem()
+	clk := newClock()
+	// The operator's directory exists; the log's is made by Open.
+	if err := fs.MkdirAll("/data"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.SyncDir("/"); err != nil {
+		t.Fatal(err)
+	}
+	l := mustOpen(t, "/data/log", memOpts(fs, clk))
+	cfg := DefaultTopicConfig()
+	cfg.Partitions = 3
+	if err := l.CreateTopic("t", cfg); err != nil {
+		t.Fatal(err)
+	}
+	var want [3][]Record
+	for i := range 9 {
+		p := int32(i % 3)
+		r := kv(fmt.Sprint("k", i), fmt.Sprint("v", i))
+		res := mustAppend(t, l, "t", p, []Record{r}, AppendOptions{})
+		r.Offset, r.Timestamp = res.BaseOffset, clk.now()
+		want[p] = append(want[p], r)
+	}
+	fs.Crash(vfs.CrashOptions{DropUnsyncedDirs: true})
+	l.Close()
+	l = mustOpen(t, "/data/log", memOpts(fs, clk))
+	defer l.Close()
+	info, err := l.Describe("t")
+	if err != nil || len(info.Partitions) != 3 {
+		t.Fatalf("topic after the crash: %+v, %v", info, err)
+	}
+	for p := range int32(3) {
+		if d := cmp.Diff(want[p], readAllRecords(t, l, "t", p)); d != "" {
+			t.Fatalf("partition %d after the crash (-acknowledged +got):\n%s", p, d)
+		}
+	}
+}

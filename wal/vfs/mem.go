@@ -19,7 +19,8 @@ var ErrCrashed = errors.New("vfs: file handle from before a crash")
 // Mem is an in-memory FS that models durability. Each file keeps the bytes
 // written to it and, apart, the bytes made durable by Sync; each directory
 // keeps its entries and, apart, the entries made durable by SyncDir.
-// Directories themselves are durable as soon as they are created.
+// Directories themselves survive a Crash as soon as they are created,
+// unless CrashOptions.DropUnsyncedDirs asks for the stricter model.
 //
 // Crash turns the durable state back into the visible one, the way a power
 // loss would, optionally keeping a random prefix of each file's unsynced
@@ -31,9 +32,12 @@ type Mem struct {
 	names   map[string]*memNode // visible namespace
 	durable map[string]*memNode // durable namespace (files only)
 	dirs    map[string]bool
-	locks   map[string]bool
-	syncErr func(name string) error
-	syncs   int
+	// dirSynced marks directories whose entry in their parent was made
+	// durable by a SyncDir of the parent (for DropUnsyncedDirs).
+	dirSynced map[string]bool
+	locks     map[string]bool
+	syncErr   func(name string) error
+	syncs     int
 }
 
 type memNode struct {
@@ -45,10 +49,11 @@ type memNode struct {
 // NewMem returns an empty Mem with the root directory "/" in it.
 func NewMem() *Mem {
 	return &Mem{
-		names:   map[string]*memNode{},
-		durable: map[string]*memNode{},
-		dirs:    map[string]bool{"/": true, ".": true},
-		locks:   map[string]bool{},
+		names:     map[string]*memNode{},
+		durable:   map[string]*memNode{},
+		dirs:      map[string]bool{"/": true, ".": true},
+		dirSynced: map[string]bool{"/": true, ".": true},
+		locks:     map[string]bool{},
 	}
 }
 
@@ -59,6 +64,12 @@ type CrashOptions struct {
 	Tear bool
 	// Rand drives the tearing; nil uses a fixed seed.
 	Rand *rand.Rand
+	// DropUnsyncedDirs also loses every directory whose entry was never
+	// made durable (by SyncDir of its parent after it was created or
+	// renamed there), with everything under it, as a file system that
+	// does not persist directory entries on its own would. (A renamed
+	// directory is dropped, rather than put back under its old name.)
+	DropUnsyncedDirs bool
 }
 
 // Crash simulates a power loss: the visible state becomes the durable state
@@ -73,6 +84,13 @@ func (m *Mem) Crash(opts CrashOptions) {
 	}
 	m.gen++
 	m.locks = map[string]bool{}
+	if opts.DropUnsyncedDirs {
+		for d := range m.dirs {
+			if m.dirs[d] && !m.dirDurableLocked(d) {
+				m.removeAllLocked(d)
+			}
+		}
+	}
 	m.names = make(map[string]*memNode, len(m.durable))
 	// Sort for determinism of the random choices.
 	keys := make([]string, 0, len(m.durable))
@@ -194,9 +212,21 @@ func (m *Mem) Remove(name string) error {
 			}
 		}
 		delete(m.dirs, name)
+		delete(m.dirSynced, name)
 		return nil
 	}
 	return &fs.PathError{Op: "remove", Path: name, Err: fs.ErrNotExist}
+}
+
+// dirDurableLocked reports whether d and every directory above it have
+// durable entries. Caller holds mu.
+func (m *Mem) dirDurableLocked(d string) bool {
+	for ; d != "/" && d != "."; d = path.Dir(d) {
+		if !m.dirSynced[d] {
+			return false
+		}
+	}
+	return true
 }
 
 // RemoveAll removes a tree. Directory removal is durable at once, like
@@ -204,7 +234,11 @@ func (m *Mem) Remove(name string) error {
 func (m *Mem) RemoveAll(name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	name = clean(name)
+	m.removeAllLocked(clean(name))
+	return nil
+}
+
+func (m *Mem) removeAllLocked(name string) {
 	prefix := name + "/"
 	for k := range m.names {
 		if k == name || strings.HasPrefix(k, prefix) {
@@ -219,9 +253,9 @@ func (m *Mem) RemoveAll(name string) error {
 	for k := range m.dirs {
 		if k == name || strings.HasPrefix(k, prefix) {
 			delete(m.dirs, k)
+			delete(m.dirSynced, k)
 		}
 	}
-	return nil
 }
 
 // Rename renames a file, or a directory (durable at once, like directory
@@ -251,11 +285,20 @@ func (m *Mem) Rename(oldname, newname string) error {
 				}
 			}
 		}
+		moved := map[string]bool{}
 		for k := range m.dirs {
 			if k == oldname || strings.HasPrefix(k, op) {
+				moved[k] = m.dirSynced[k]
 				delete(m.dirs, k)
-				m.dirs[newname+k[len(oldname):]] = true
+				delete(m.dirSynced, k)
 			}
+		}
+		for k, synced := range moved {
+			nk := newname + k[len(oldname):]
+			m.dirs[nk] = true
+			// The entries inside moved with the directory; its own
+			// entry in the new parent is not durable yet.
+			m.dirSynced[nk] = synced && k != oldname
 		}
 		return nil
 	}
@@ -336,6 +379,11 @@ func (m *Mem) SyncDir(name string) error {
 	for k, n := range m.names {
 		if path.Dir(k) == name {
 			m.durable[k] = n
+		}
+	}
+	for k := range m.dirs {
+		if k != name && path.Dir(k) == name {
+			m.dirSynced[k] = true
 		}
 	}
 	return nil

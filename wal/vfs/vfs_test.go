@@ -112,3 +112,52 @@ func TestOSLockExclusive(t *testing.T) {
 	}
 	l2.Close()
 }
+
+// TestMemDropUnsyncedDirs: with DropUnsyncedDirs a crash loses directories
+// whose entry was not synced in their parent (with their content, synced
+// or not), and keeps those that were, including after a rename whose
+// target directory was synced.
+func TestMemDropUnsyncedDirs(t *testing.T) {
+	m := NewMem()
+	write := func(d string) {
+		f, _ := m.Create(d + "/f")
+		f.Write([]byte("x"))
+		f.Sync()
+		f.Close()
+		m.SyncDir(d)
+	}
+	for _, d := range []string{"/a/kept", "/a/tmp/sub"} {
+		if err := m.MkdirAll(d); err != nil {
+			t.Fatal(err)
+		}
+		write(d)
+	}
+	m.SyncDir("/")
+	m.SyncDir("/a/tmp")
+	m.SyncDir("/a")
+	if err := m.Rename("/a/tmp", "/a/moved"); err != nil {
+		t.Fatal(err)
+	}
+	m.SyncDir("/a")
+	// Not synced in /a: lost, and lost2 renamed to lost3.
+	for _, d := range []string{"/a/lost", "/a/lost2"} {
+		if err := m.MkdirAll(d); err != nil {
+			t.Fatal(err)
+		}
+		write(d)
+	}
+	if err := m.Rename("/a/lost2", "/a/lost3"); err != nil {
+		t.Fatal(err)
+	}
+	m.Crash(CrashOptions{DropUnsyncedDirs: true})
+	names, _ := m.ReadDir("/a")
+	if got := filepath.Join(names...); got != filepath.Join("kept", "moved") {
+		t.Fatalf("after the crash /a holds %v, want [kept moved]", names)
+	}
+	if got := read(t, m, "/a/moved/sub/f"); got != "x" {
+		t.Fatalf("moved file %q", got)
+	}
+	if got := read(t, m, "/a/kept/f"); got != "x" {
+		t.Fatalf("kept file %q", got)
+	}
+}
