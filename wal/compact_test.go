@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,17 +54,31 @@ func withoutTombstones(rs []Record) []Record {
 // writeCompactable appends updates and deletes of 30 keys, then unique
 // filler records so that all of them end up in sealed segments.
 func writeCompactable(t *testing.T, l *Log, clk *fakeClock, rng *rand.Rand) []Record {
+	return writeCompactableBatches(t, l, clk, rng, 1)
+}
+
+// writeCompactableBatches is writeCompactable with batches of 1 to
+// maxBatch records, so that compaction keeps parts of batches.
+func writeCompactableBatches(t *testing.T, l *Log, clk *fakeClock, rng *rand.Rand, maxBatch int) []Record {
 	var all []Record
-	for i := 0; i < 400; i++ {
-		r := kv(fmt.Sprint("key-", rng.IntN(30)), fmt.Sprint("v", i, strings.Repeat("x", rng.IntN(40))))
-		if rng.IntN(6) == 0 {
-			r.Value = nil
+	for i := 0; i < 400; {
+		n := min(1+rng.IntN(maxBatch), 400-i)
+		recs := make([]Record, n)
+		for j := range recs {
+			r := kv(fmt.Sprint("key-", rng.IntN(30)), fmt.Sprint("v", i+j, strings.Repeat("x", rng.IntN(40))))
+			if rng.IntN(6) == 0 {
+				r.Value = nil
+			}
+			r.Timestamp = clk.now()
+			recs[j] = r
 		}
-		r.Timestamp = clk.now()
-		res := mustAppend(t, l, "t", 0, []Record{r}, AppendOptions{})
-		r.Offset = res.BaseOffset
-		r.Timestamp = time.UnixMilli(r.Timestamp.UnixMilli())
-		all = append(all, r)
+		res := mustAppend(t, l, "t", 0, recs, AppendOptions{})
+		for j, r := range recs {
+			r.Offset = res.BaseOffset + int64(j)
+			r.Timestamp = time.UnixMilli(r.Timestamp.UnixMilli())
+			all = append(all, r)
+		}
+		i += n
 		clk.advance(time.Millisecond)
 	}
 	for i := 0; i < 30; i++ {
@@ -84,6 +97,15 @@ func writeCompactable(t *testing.T, l *Log, clk *fakeClock, rng *rand.Rand) []Re
 // delete.retention.ms, at their original offsets; the active segment is
 // untouched; after the retention, tombstones are gone.
 func TestCompaction(t *testing.T) {
+	for _, maxBatch := range []int{1, 6} {
+		t.Run(fmt.Sprint("batches of up to ", maxBatch), func(t *testing.T) { testCompaction(t, maxBatch) })
+	}
+}
+
+// testCompaction is TestCompaction with batches of up to maxBatch records:
+// with more than one, compaction rewrites batches keeping some of their
+// records.
+func testCompaction(t *testing.T, maxBatch int) {
 	fs := vfs.NewMem()
 	clk := newClock()
 	ctx := context.Background()
@@ -92,7 +114,7 @@ func TestCompaction(t *testing.T) {
 	if err := l.CreateTopic("t", compactConfig()); err != nil {
 		t.Fatal(err)
 	}
-	all := writeCompactable(t, l, clk, rand.New(rand.NewPCG(1, 1)))
+	all := writeCompactableBatches(t, l, clk, rand.New(rand.NewPCG(1, 1)), maxBatch)
 	p, _ := l.partition("t", 0)
 	active := p.active().base
 
@@ -221,7 +243,8 @@ func nextStep(s int) int {
 }
 
 // isCompactionOf reports whether got is before with some records removed,
-// each removed one being superseded by a later record of its key.
+// each removed one being superseded by a later record of its key (no
+// tombstone may expire: callers keep the clock within delete.retention.ms).
 func isCompactionOf(before, got []Record) bool {
 	last := map[string]int64{}
 	for _, r := range before {
@@ -236,8 +259,8 @@ func isCompactionOf(before, got []Record) bool {
 			j++
 			continue
 		}
-		if last[string(r.Key)] == r.Offset && r.Value != nil {
-			return false // the latest value of a key was lost
+		if last[string(r.Key)] == r.Offset {
+			return false // the latest record of a key (value or tombstone) was lost
 		}
 	}
 	return j == len(got)
@@ -306,7 +329,6 @@ func TestRetention(t *testing.T) {
 	if info2.Partitions[0].LogStartOffset != info.Partitions[0].LogStartOffset {
 		t.Fatalf("log start after reopen %d, want %d", info2.Partitions[0].LogStartOffset, info.Partitions[0].LogStartOffset)
 	}
-	_ = sort.Ints
 }
 
 // TestCompactionTriggers: records younger than min.compaction.lag.ms are
