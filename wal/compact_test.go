@@ -394,7 +394,7 @@ func TestSegmentAgeRolls(t *testing.T) {
 	fs := vfs.NewMem()
 	clk := newClock()
 	l := mustOpen(t, "/d", memOpts(fs, clk))
-	defer l.Close()
+	defer func() { l.Close() }()
 	cfg := DefaultTopicConfig()
 	cfg.SegmentAge = time.Minute
 	if err := l.CreateTopic("t", cfg); err != nil {
@@ -407,5 +407,24 @@ func TestSegmentAgeRolls(t *testing.T) {
 	info, _ := l.Describe("t")
 	if info.Partitions[0].Segments != 2 {
 		t.Fatalf("%d segments after segment.ms passed, want 2", info.Partitions[0].Segments)
+	}
+	// A reopen does not restart the segment's clock: it counts from the
+	// first batch of the active segment, after a clean close or a crash.
+	for i, crash := range []bool{false, true} {
+		clk.advance(30 * time.Second)
+		mustAppend(t, l, "t", 0, []Record{kv("a", "4")}, AppendOptions{})
+		if crash {
+			fs.Crash(vfs.CrashOptions{})
+			l.Close()
+		} else if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		clk.advance(40 * time.Second)
+		l = mustOpen(t, "/d", memOpts(fs, clk))
+		mustAppend(t, l, "t", 0, []Record{kv("a", "5")}, AppendOptions{})
+		info, _ = l.Describe("t")
+		if want := 3 + i; info.Partitions[0].Segments != want {
+			t.Fatalf("crash=%v: %d segments after segment.ms passed across a reopen, want %d", crash, info.Partitions[0].Segments, want)
+		}
 	}
 }

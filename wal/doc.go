@@ -23,6 +23,10 @@
 //     older epoch is fenced. The partition's producer state, including the
 //     SourcePosition stored with the producer's last batch, is rebuilt from
 //     the log on open.
+//   - The log's own topics, OffsetsTopic and ProducersTopic, are written
+//     only by CommitOffsets and InitProducer: Append to them fails with
+//     ErrInternalTopic, so that no record the next Open cannot decode gets
+//     in. (Other topics whose names start with "__" are ordinary topics.)
 //   - All file I/O goes through vfs.FS; vfs.Mem simulates crashes for tests.
 //
 // Example:
@@ -47,16 +51,24 @@
 //	    clean-shutdown                           written by a clean Close
 //	    replica-state                            Raft HardState and log start (replicated)
 //	    <base>.log.staged, snapshot-install      a snapshot being installed
-//	<dir>/topics/+<topic>                        a topic being created
+//	<dir>/topics/+<topic>                        a topic being created (its
+//	                                             partition directories are
+//	                                             made and fsynced inside it
+//	                                             before the rename)
 //	<dir>/trash/                                 topics being deleted
 //
 // A segment is named by the offset of its first batch. Its disk space is
 // preallocated ahead of the written end, 64 MiB at a time up to
 // segment.bytes (fallocate keeping the file size, so the file size is
-// always the written end and appends do not allocate blocks). It is rolled when the next batch would pass
-// segment.bytes or the segment is older than segment.ms: rolling fsyncs it,
-// writes its indexes and a producer snapshot, creates the next segment and
-// fsyncs the directory.
+// always the written end and appends do not allocate blocks). It is rolled
+// when the next batch would pass segment.bytes, when the segment is older
+// than segment.ms, or when the batch's last offset would be 2^31 or more
+// above the segment's base (index entries hold offsets relative to it):
+// rolling fsyncs it, writes its indexes and a producer snapshot, creates
+// the next segment and fsyncs the directory. A segment's age counts from
+// the roll that created it; after a reopen, from the largest timestamp of
+// its first batch (as Kafka's does), or from the open if that is later.
+// Segments are contiguous: each ends at the offset where the next begins.
 //
 // # Batch format (version 1)
 //
@@ -80,7 +92,8 @@
 //	    53    8 term                 replication term (0 on a single node)
 //	    61    8 index                replication log index (0 on a single node)
 //	    69    8 delete horizon       ms after which compaction may drop this
-//	                                 batch's tombstones; -1: not yet compacted
+//	                                 batch's tombstones; -1: compaction has
+//	                                 not kept a tombstone of it yet
 //	    77    4 record count
 //	    81    4 source position len  -1: none
 //	    85    n source position      opaque bytes of the producer
@@ -111,9 +124,14 @@
 //	offset entry: batch base offset - segment base u32 | byte position u32
 //	time entry:   largest timestamp so far i64 | batch base - segment base u32
 //
-// An entry is added every index.interval.bytes. An index file whose
-// checksum, base or covered size does not match its segment is stale and
-// rebuilt by scanning the segment.
+// An entry is added every index.interval.bytes (a time entry only when the
+// largest timestamp grew). When a segment is sealed or closed, a last time
+// entry is added if the segment's largest timestamp is above the last
+// entry's: it holds that timestamp and the segment's last offset (not a
+// batch base) - segment base. An index file whose checksum, base or
+// covered size does not match its segment is stale and rebuilt by
+// scanning the segment; so is one whose last offset entry does not point
+// at a valid batch with that offset, checked on open (see Recovery).
 //
 // Producer snapshots: "SLPS" | version u8 (1) | offset i64 | count u32 |
 // per producer: id i64, epoch i16, last timestamp i64, n u8, n recent
@@ -127,9 +145,14 @@
 //  2. In each partition, *.cleaned and *.tmp files are deleted (rolled back);
 //     a <base>.log.swap is renamed over <base>.log (completed).
 //  3. Every segment but the last is sealed: it was fsynced when rolled. If
-//     its index files match it they are trusted and it is not read;
-//     otherwise it is scanned, and any invalid batch in it is a
-//     *CorruptionError naming the file and byte position. The open fails.
+//     its index files match it, and the batches from the last offset-index
+//     entry to the end of the file are valid (the first with the entry's
+//     offset) and end exactly at its size, the indexes are trusted and the
+//     rest of the segment is not read; otherwise it is scanned, and any
+//     invalid batch in it is a *CorruptionError naming the file and byte
+//     position. The open fails. Each segment must end (the last batch's
+//     end offset) where the next one begins: a missing or misplaced
+//     segment is a *CorruptionError naming the segment before the gap.
 //  4. The last (active) segment is scanned and verified batch by batch. At
 //     the first invalid batch, the rest of the file is searched for any
 //     valid batch with a higher offset. If one exists, the invalid batch was
@@ -139,18 +162,30 @@
 //     is truncated there, and the truncation fsynced, with a warning.
 //     (A power loss that persisted a later page of an unsynced write but not
 //     an earlier one is reported as corruption: the log refuses to guess.
-//     Options.UnsafeTruncateCorruptTail lets an operator truncate there.)
+//     Options.UnsafeTruncateCorruptTail lets an operator truncate there.
+//     A durable-end checkpoint, like Kafka's recovery point, would tell the
+//     two apart only if it were never behind the acknowledged end: written
+//     lazily (at rolls or on a timer), damage between it and the true
+//     durable end would be acknowledged data truncated as a torn tail;
+//     written with every group commit, it costs a second fsync per commit.
+//     The log keeps neither; its checkpoints are the sealed segments and
+//     the clean-shutdown marker, below which nothing is ever truncated.)
+//     A cleanly closed active segment (the marker names it at its size)
+//     is treated like a sealed one: any invalid batch is corruption.
 //  5. The producer state is loaded from the newest snapshot at or below the
-//     recovered end (snapshots above it are deleted) and the batch headers
-//     after it are applied; without a usable snapshot every header is read.
+//     recovered end and at or above the log start (snapshots above the end
+//     are deleted; those below the start, left by retention, are ignored)
+//     and the batch headers after it are applied; without a usable
+//     snapshot every header is read.
 //  6. The high watermark is the recovered end.
 //
 // A clean Close fsyncs, writes the active segment's indexes, a producer
 // snapshot at the end and a clean-shutdown marker ("SLCS" | version 1 |
 // segment base i64 | size i64 | next offset i64 | CRC-32C) naming the
 // active segment's size. If the next open finds the active segment at
-// exactly that size with valid indexes, it trusts it like a sealed segment
-// and reads no data: a clean reopen costs the index files only. The marker
+// exactly that size with valid indexes (checked as in step 3), it trusts it
+// like a sealed segment and reads only its last indexed stretch: a clean
+// reopen costs the index files and a few KiB per segment. The marker
 // is removed on open. After a clean close every byte was durable, so
 // damage found later in the last batch is corruption, not a torn write.
 //
@@ -169,12 +204,17 @@
 // segment up to the high watermark), keeps a tombstone until
 // delete.retention.ms after compaction first kept it (the batch's delete
 // horizon), and swaps each rewritten segment in with a crash-safe
-// .cleaned → .swap → .log sequence. Readers and appenders are blocked only
-// for the rename. A batch left without records is dropped unless it is the
-// last batch of its producer in the partition: that one is kept, empty,
-// so that the producer's sequence and source position survive compaction
-// even if every snapshot is lost (Kafka keeps such batches for the same
-// reason). Retention, in contrast, may delete a producer's last batch;
+// .cleaned → .swap → .log sequence. Reading, rewriting, fsyncing and the
+// renames hold no lock that readers or appenders take (only maintMu, and
+// filesMu for reading); the final switch of the segment takes mu, then
+// filesMu for writing, so it waits for fsyncs and reads in flight on the
+// partition's files and holds appenders and readers for that switch (a
+// file close and a slice copy). A batch left without records is dropped
+// unless it is the last batch of its producer in the partition or the
+// last batch of its segment: the first is kept, empty, so that the
+// producer's sequence and source position survive compaction even if
+// every snapshot is lost (Kafka keeps such batches for the same reason);
+// the second so that the segment still ends where the next begins. Retention, in contrast, may delete a producer's last batch;
 // the snapshot then still holds its state, as Kafka's does.
 //
 // # Replication (package wal/raft)
@@ -250,5 +290,7 @@
 // of producers) and one file handle per segment. Compaction's key map is
 // bounded to 64 MiB per run; a larger dirty section takes several runs.
 // Compaction does not merge small segments. segment.ms counts from when
-// the active segment was created or the log opened.
+// the active segment was created, or after a reopen from the largest
+// timestamp of its first batch: records whose timestamps are far in the
+// past make the active segment roll at the first append after a reopen.
 package wal

@@ -48,8 +48,11 @@ type partition struct {
 	// returns from the wait (for tests: a poll that wakes without a
 	// commit shows there).
 	parked, wakeups int
-	syncWaiters     int       // appends waiting for another's fsync (for tests)
-	created         time.Time // when the active segment was opened or created
+	syncWaiters     int // appends waiting for another's fsync (for tests)
+	// created is when the active segment was created, for segment.ms: the
+	// time of the roll, or after a reopen the largest timestamp of its
+	// first batch (as Kafka does), but no later than the open.
+	created time.Time
 
 	// replicated is set once a ReplicaLog owns the partition: appends go
 	// through it and the committed end moves only by ReplicaLog.Commit.
@@ -185,6 +188,12 @@ func (p *partition) load() error {
 	act := p.active()
 	p.next = act.next
 	p.hw, p.hwBase, p.hwPos = p.next, act.base, act.size
+	if ts, ok, err := act.firstBatchTime(); err != nil {
+		p.closeFiles()
+		return err
+	} else if ok && ts < p.created.UnixMilli() {
+		p.created = msTime(ts)
+	}
 	if err := p.rebuildProducers(snaps); err != nil {
 		p.closeFiles()
 		return err

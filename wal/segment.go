@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -14,13 +15,12 @@ import (
 // segment is one file of a partition's log, holding the batches with
 // offsets from base up to the next segment's base.
 type segment struct {
-	base    int64
-	path    string
-	f       vfs.File
-	size    int64 // bytes of whole batches written (the written end)
-	next    int64 // offset after the last batch
-	maxTS   int64 // largest record timestamp, -1 when empty
-	firstTS int64 // log time of the first batch (for segment.ms), -1 when empty
+	base  int64
+	path  string
+	f     vfs.File
+	size  int64 // bytes of whole batches written (the written end)
+	next  int64 // offset after the last batch
+	maxTS int64 // largest record timestamp, -1 when empty
 	// prealloc is the size the file's disk space is reserved up to.
 	prealloc int64
 
@@ -48,7 +48,7 @@ func (s *segment) indexPath() string     { return strings.TrimSuffix(s.path, ".l
 func (s *segment) timeIndexPath() string { return strings.TrimSuffix(s.path, ".log") + ".timeindex" }
 
 func newSegmentState(base int64, path string, f vfs.File) *segment {
-	return &segment{base: base, path: path, f: f, next: base, maxTS: -1, firstTS: -1, runMaxTS: -1}
+	return &segment{base: base, path: path, f: f, next: base, maxTS: -1, runMaxTS: -1}
 }
 
 // noteBatch records a batch written at pos in the in-memory indexes.
@@ -68,9 +68,6 @@ func (s *segment) noteBatch(h *batchHeader, pos int64, interval int32) {
 	if h.maxTimestamp > s.maxTS {
 		s.maxTS = h.maxTimestamp
 	}
-	if s.firstTS < 0 && h.recordCount > 0 {
-		s.firstTS = h.baseTimestamp
-	}
 	if h.nextOffset() > s.next {
 		s.next = h.nextOffset()
 	}
@@ -86,7 +83,7 @@ func (s *segment) noteBatch(h *batchHeader, pos int64, interval int32) {
 // resetIndex forgets the in-memory indexes, before a rescan.
 func (s *segment) resetIndex() {
 	s.offIdx, s.timeIdx = nil, nil
-	s.sinceIndex, s.runMaxTS, s.maxTS, s.firstTS = 0, -1, -1, -1
+	s.sinceIndex, s.runMaxTS, s.maxTS = 0, -1, -1
 	s.size, s.next = 0, s.base
 	s.lastIndex, s.lastTerm, s.firstIdx = 0, 0, 0
 }
@@ -247,6 +244,25 @@ func validBatchAfter(f vfs.File, from, fileSize, minOffset int64) (int64, bool) 
 }
 
 func segmentPath(dir string, base int64) string { return filepath.Join(dir, segmentName(base)) }
+
+// firstBatchTime returns the largest timestamp of the segment's first
+// batch, or false for an empty segment.
+func (s *segment) firstBatchTime() (int64, bool, error) {
+	if s.size == 0 {
+		return 0, false, nil
+	}
+	r := newSegReader(s.f, s.size, batchFixedHeader)
+	b, err := r.at(0, batchFixedHeader)
+	if err != nil {
+		return 0, false, fmt.Errorf("read %s at 0: %w", s.path, err)
+	}
+	if len(b) < offMaxTimestamp+8 || b[offMagic] != batchMagic {
+		return 0, false, &CorruptionError{File: s.path, Offset: 0, Reason: "bad batch header"}
+	}
+	// Only the timestamp is used: a damaged header shows when the batch
+	// is read.
+	return int64(binary.BigEndian.Uint64(b[offMaxTimestamp:])), true, nil
+}
 
 // verifyIndexedTail checks loaded indexes against the segment before they
 // are trusted: the batch at the last offset-index entry must be a valid
