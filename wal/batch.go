@@ -136,14 +136,14 @@ func parseBatchHeader(b []byte) (batchHeader, error) {
 	}
 	h.length = int32(binary.BigEndian.Uint32(b[offLength:]))
 	if h.length < batchFixedHeader-lengthPrefix || h.length > maxBatchBytes {
-		return h, fmt.Errorf("%w: %d", errBadLength, h.length)
+		return h, fmt.Errorf("length %d: %w", h.length, errBadLength)
 	}
 	if len(b) < h.size() {
 		return h, errShortBatch
 	}
 	b = b[:h.size()]
 	if b[offMagic] != batchMagic {
-		return h, fmt.Errorf("%w: %d", errBadMagic, b[offMagic])
+		return h, fmt.Errorf("magic %d: %w", b[offMagic], errBadMagic)
 	}
 	be := binary.BigEndian
 	h.baseOffset = int64(be.Uint64(b[offBaseOffset:]))
@@ -162,12 +162,12 @@ func parseBatchHeader(b []byte) (batchHeader, error) {
 	h.recordsAt = batchFixedHeader
 	if spLen >= 0 {
 		if int(spLen) > len(b)-batchFixedHeader {
-			return h, fmt.Errorf("%w: source position length %d", errBadLength, spLen)
+			return h, fmt.Errorf("source position length %d: %w", spLen, errBadLength)
 		}
 		h.sourcePos = b[batchFixedHeader : batchFixedHeader+int(spLen)]
 		h.recordsAt += int(spLen)
 	} else if spLen != -1 {
-		return h, fmt.Errorf("%w: source position length %d", errBadLength, spLen)
+		return h, fmt.Errorf("source position length %d: %w", spLen, errBadLength)
 	}
 	return h, nil
 }
@@ -183,13 +183,13 @@ func parseBatch(b []byte, full bool) (batchHeader, error) {
 	b = b[:h.size()]
 	be := binary.BigEndian
 	if got, want := batchCRC(b, h.recordsAt), be.Uint32(b[offCRC:]); got != want {
-		return h, fmt.Errorf("%w: computed %08x, stored %08x", errBadCRC, got, want)
+		return h, fmt.Errorf("computed %08x, stored %08x: %w", got, want, errBadCRC)
 	}
 	if h.baseOffset < 0 || h.lastOffsetDelta < -1 || h.recordCount < 0 ||
 		int64(h.recordCount) > int64(h.lastOffsetDelta)+1 ||
 		(h.attributes&attrControl != 0 && (h.recordCount != 0 || h.lastOffsetDelta != -1)) ||
 		(h.attributes&attrControl == 0 && h.lastOffsetDelta < 0) {
-		return h, fmt.Errorf("%w: inconsistent header (records %d, last offset delta %d)", errBadRecords, h.recordCount, h.lastOffsetDelta)
+		return h, fmt.Errorf("inconsistent header (records %d, last offset delta %d): %w", h.recordCount, h.lastOffsetDelta, errBadRecords)
 	}
 	if !full {
 		return h, nil
@@ -201,16 +201,16 @@ func parseBatch(b []byte, full bool) (batchHeader, error) {
 		var r rawRecord
 		n, err := parseRecord(rest, &r)
 		if err != nil {
-			return h, fmt.Errorf("%w: record %d: %v", errBadRecords, i, err)
+			return h, fmt.Errorf("record %d: %v: %w", i, err, errBadRecords)
 		}
 		if int64(r.offsetDelta) <= prev || r.offsetDelta > h.lastOffsetDelta {
-			return h, fmt.Errorf("%w: record %d: offset delta %d out of order", errBadRecords, i, r.offsetDelta)
+			return h, fmt.Errorf("record %d: offset delta %d out of order: %w", i, r.offsetDelta, errBadRecords)
 		}
 		prev = int64(r.offsetDelta)
 		rest = rest[n:]
 	}
 	if len(rest) != 0 {
-		return h, fmt.Errorf("%w: %d trailing bytes", errBadRecords, len(rest))
+		return h, fmt.Errorf("%d trailing bytes: %w", len(rest), errBadRecords)
 	}
 	return h, nil
 }

@@ -34,6 +34,30 @@ var (
 	// topics (OffsetsTopic, ProducersTopic), which only the log writes:
 	// through CommitOffsets and InitProducer.
 	ErrInternalTopic = errors.New("topic is internal to the log")
+
+	// Replication (ReplicaLog).
+
+	// ErrReplicated is returned by Log.Append on a partition owned by a
+	// ReplicaLog: appends go through replication.
+	ErrReplicated = errors.New("partition is replicated: append through its replica log")
+	// ErrTruncateCommitted is returned by TruncateAfter for a truncation
+	// that would remove committed entries. A replica asked to do that must
+	// stop, not comply.
+	ErrTruncateCommitted = errors.New("truncation would remove committed entries")
+	// ErrNoEntry is returned by ReplicaLog.Batch for an index the log does
+	// not hold (never written, truncated, or removed by retention).
+	ErrNoEntry = errors.New("no entry at that index")
+	// ErrCompacted is returned by ReplicaLog.Term and Entries for an index
+	// at or before the log's start (see ReplicaLog.Start): those entries
+	// were removed by retention or replaced by a snapshot.
+	ErrCompacted = errors.New("entry before the log's start")
+	// ErrSnapshotStale is returned by ReadSegment when the sender's sealed
+	// segments changed (compaction, retention, truncation, restart) since its
+	// Snapshot was taken: the receiver must ask for a new one.
+	ErrSnapshotStale = errors.New("snapshot's segment files changed; a new snapshot is needed")
+	// ErrNoSnapshot is returned by ReplicaLog.Snapshot when the log holds no
+	// committed entry to describe.
+	ErrNoSnapshot = errors.New("no committed entry to snapshot")
 )
 
 // OffsetOutOfRangeError is returned by Fetch for an offset outside
@@ -46,6 +70,7 @@ type OffsetOutOfRangeError struct {
 	HighWatermark int64
 }
 
+// Error implements error.
 func (e *OffsetOutOfRangeError) Error() string {
 	return fmt.Sprintf("offset %d out of range for %s-%d: valid offsets are %d..%d",
 		e.Offset, e.Topic, e.Partition, e.LogStart, e.HighWatermark)
@@ -66,6 +91,7 @@ type CorruptionError struct {
 	Reason string
 }
 
+// Error implements error.
 func (e *CorruptionError) Error() string {
 	return fmt.Sprintf("corrupt log file %s at byte %d: %s", e.File, e.Offset, e.Reason)
 }

@@ -92,24 +92,24 @@ var errStaleIndex = errors.New("index does not match its segment")
 // it belongs to the segment with that base and size.
 func decodeIndex(b []byte, kind byte, base, covered int64) ([]offsetEntry, []timeEntry, error) {
 	if len(b) < indexHeaderSize+4 || string(b[:4]) != indexMagic {
-		return nil, nil, fmt.Errorf("%w: bad header", errStaleIndex)
+		return nil, nil, fmt.Errorf("bad header: %w", errStaleIndex)
 	}
 	if b[4] != indexVersion || b[5] != kind {
-		return nil, nil, fmt.Errorf("%w: version %d kind %d", errStaleIndex, b[4], b[5])
+		return nil, nil, fmt.Errorf("version %d kind %d: %w", b[4], b[5], errStaleIndex)
 	}
 	be := binary.BigEndian
 	if got := crc32.Checksum(b[:len(b)-4], castagnoli); got != be.Uint32(b[len(b)-4:]) {
-		return nil, nil, fmt.Errorf("%w: checksum mismatch", errStaleIndex)
+		return nil, nil, fmt.Errorf("checksum mismatch: %w", errStaleIndex)
 	}
 	if int64(be.Uint64(b[8:])) != base || int64(be.Uint64(b[16:])) != covered {
-		return nil, nil, fmt.Errorf("%w: covers base %d size %d, segment is base %d size %d",
-			errStaleIndex, int64(be.Uint64(b[8:])), int64(be.Uint64(b[16:])), base, covered)
+		return nil, nil, fmt.Errorf("covers base %d size %d, segment is base %d size %d: %w",
+			int64(be.Uint64(b[8:])), int64(be.Uint64(b[16:])), base, covered, errStaleIndex)
 	}
 	n := int(be.Uint32(b[24:]))
 	body := b[indexHeaderSize : len(b)-4]
 	if kind == indexKindOffset {
 		if len(body) != n*8 {
-			return nil, nil, fmt.Errorf("%w: bad length", errStaleIndex)
+			return nil, nil, fmt.Errorf("bad length: %w", errStaleIndex)
 		}
 		out := make([]offsetEntry, n)
 		for i := range out {
@@ -118,7 +118,7 @@ func decodeIndex(b []byte, kind byte, base, covered int64) ([]offsetEntry, []tim
 		return out, nil, nil
 	}
 	if len(body) != n*12 {
-		return nil, nil, fmt.Errorf("%w: bad length", errStaleIndex)
+		return nil, nil, fmt.Errorf("bad length: %w", errStaleIndex)
 	}
 	out := make([]timeEntry, n)
 	for i := range out {

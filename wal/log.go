@@ -331,7 +331,7 @@ func (l *Log) createTopic(name string, cfg TopicConfig) error {
 // deleted.
 func (l *Log) DeleteTopic(name string) error {
 	if isInternalTopic(name) {
-		return fmt.Errorf("delete topic %s: %w: it cannot be deleted", name, ErrInternalTopic)
+		return fmt.Errorf("delete topic %s: it cannot be deleted: %w", name, ErrInternalTopic)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -407,7 +407,7 @@ func (l *Log) partition(topicName string, part int32) (*partition, error) {
 		return nil, fmt.Errorf("%s: %w", topicName, ErrUnknownTopic)
 	}
 	if part < 0 || int(part) >= len(t.parts) {
-		return nil, fmt.Errorf("%s-%d: %w (topic has %d)", topicName, part, ErrUnknownPartition, len(t.parts))
+		return nil, fmt.Errorf("%s-%d (topic has %d): %w", topicName, part, len(t.parts), ErrUnknownPartition)
 	}
 	return t.parts[part], nil
 }

@@ -457,11 +457,11 @@ func (p *partition) closeFiles() {
 }
 
 // fail stops the partition for writes after an I/O error whose effect on
-// disk is unknown. Caller holds mu.
+// disk is unknown, and returns the error every later write gets; the
+// caller returns it (it is not logged here). Caller holds mu.
 func (p *partition) fail(err error) error {
 	if p.failed == nil {
-		p.failed = fmt.Errorf("%w: %s: %w", ErrPartitionFailed, p.name(), err)
-		p.l.logger.Error("partition failed; reopen the log to recover it", "topic", p.topic, "partition", p.id, "err", err)
+		p.failed = fmt.Errorf("%s: %w: %w", p.name(), err, ErrPartitionFailed)
 	}
 	return p.failed
 }
@@ -515,7 +515,7 @@ func (p *partition) advanceHW(hw, base, pos int64) {
 // per the fsync policy).
 func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendOptions) (AppendResult, error) {
 	if len(recs) == 0 {
-		return AppendResult{}, fmt.Errorf("append to %s: %w: empty batch", p.name(), ErrInvalidRecord)
+		return AppendResult{}, fmt.Errorf("append to %s: empty batch: %w", p.name(), ErrInvalidRecord)
 	}
 	if err := ctx.Err(); err != nil {
 		return AppendResult{}, fmt.Errorf("append to %s: %w", p.name(), err) // nothing written
@@ -523,7 +523,7 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 	if p.cfg.Compact {
 		for i := range recs {
 			if recs[i].Key == nil {
-				return AppendResult{}, fmt.Errorf("append to %s: %w: record %d has a null key on a compacted topic", p.name(), ErrInvalidRecord, i)
+				return AppendResult{}, fmt.Errorf("append to %s: record %d has a null key on a compacted topic: %w", p.name(), i, ErrInvalidRecord)
 			}
 		}
 	}
@@ -537,7 +537,7 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 	}()
 	bb.encodeRecords(recs, opts.SourcePosition, opts.SourcePosition != nil, now)
 	if len(bb.buf) > int(p.cfg.MaxMessageBytes) {
-		return AppendResult{}, fmt.Errorf("append to %s: %w: %d bytes > %d", p.name(), ErrRecordTooLarge, len(bb.buf), p.cfg.MaxMessageBytes)
+		return AppendResult{}, fmt.Errorf("append to %s: %d bytes > %d: %w", p.name(), len(bb.buf), p.cfg.MaxMessageBytes, ErrRecordTooLarge)
 	}
 	h := batchHeader{
 		lastOffsetDelta: int32(len(recs) - 1),

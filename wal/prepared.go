@@ -20,7 +20,7 @@ type PreparedBatch struct {
 // PrepareBatch encodes recs as a batch; see EncodeBatch.
 func PrepareBatch(recs []Record, opts AppendOptions, now time.Time) (*PreparedBatch, error) {
 	if len(recs) == 0 {
-		return nil, fmt.Errorf("prepare batch: %w: empty batch", ErrInvalidRecord)
+		return nil, fmt.Errorf("prepare batch: empty batch: %w", ErrInvalidRecord)
 	}
 	pb := &PreparedBatch{}
 	pb.bb.encodeRecords(recs, opts.SourcePosition, opts.SourcePosition != nil, now.UnixMilli())
@@ -43,10 +43,10 @@ func PrepareBatch(recs []Record, opts AppendOptions, now time.Time) (*PreparedBa
 func ParsePreparedBatch(b []byte) (*PreparedBatch, error) {
 	h, err := parseBatch(b, true)
 	if err == nil && h.size() != len(b) {
-		err = fmt.Errorf("%w: %d trailing bytes", errBadLength, len(b)-h.size())
+		err = fmt.Errorf("%d trailing bytes: %w", len(b)-h.size(), errBadLength)
 	}
 	if err == nil && (h.attributes&attrControl != 0 || h.recordCount == 0) {
-		err = fmt.Errorf("%w: not a data batch", ErrInvalidRecord)
+		err = fmt.Errorf("not a data batch: %w", ErrInvalidRecord)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("parse batch: %w", err)
@@ -100,7 +100,7 @@ func DecodeBatch(b []byte, dst []Record) ([]Record, BatchInfo, error) {
 		var r rawRecord
 		n, err := parseRecord(rest, &r)
 		if err != nil {
-			return dst, info, fmt.Errorf("%w: record %d: %v", errBadRecords, j, err)
+			return dst, info, fmt.Errorf("record %d: %v: %w", j, err, errBadRecords)
 		}
 		rest = rest[n:]
 		rec := Record{Offset: h.baseOffset + int64(r.offsetDelta), Timestamp: msTime(h.baseTimestamp + r.timestampDelta), Key: r.key, Value: r.value}

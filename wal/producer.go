@@ -63,11 +63,11 @@ func (e *producerEntry) observe(h *batchHeader) {
 // nil error means append; a meta means it is a retry of that batch.
 func (e *producerEntry) check(epoch int16, baseSeq int32, count int) (*batchMeta, error) {
 	if epoch < e.epoch {
-		return nil, fmt.Errorf("%w: epoch %d, current %d", ErrProducerFenced, epoch, e.epoch)
+		return nil, fmt.Errorf("epoch %d, current %d: %w", epoch, e.epoch, ErrProducerFenced)
 	}
 	if epoch > e.epoch || e.n == 0 {
 		if baseSeq != 0 && epoch > e.epoch {
-			return nil, fmt.Errorf("%w: first batch of epoch %d has sequence %d, want 0", ErrOutOfOrderSequence, epoch, baseSeq)
+			return nil, fmt.Errorf("first batch of epoch %d has sequence %d, want 0: %w", epoch, baseSeq, ErrOutOfOrderSequence)
 		}
 		return nil, nil
 	}
@@ -78,7 +78,7 @@ func (e *producerEntry) check(epoch int16, baseSeq int32, count int) (*batchMeta
 		}
 	}
 	if want := seqAdd(e.last().lastSeq, 1); baseSeq != want {
-		return nil, fmt.Errorf("%w: got %d, want %d", ErrOutOfOrderSequence, baseSeq, want)
+		return nil, fmt.Errorf("got %d, want %d: %w", baseSeq, want, ErrOutOfOrderSequence)
 	}
 	return nil, nil
 }
@@ -146,7 +146,7 @@ func decodeSnapshot(b []byte) (int64, map[int64]*producerEntry, error) {
 		return 0, nil, errBadSnapshot
 	}
 	if crc32.Checksum(b[:len(b)-4], castagnoli) != be.Uint32(b[len(b)-4:]) {
-		return 0, nil, fmt.Errorf("%w: checksum mismatch", errBadSnapshot)
+		return 0, nil, fmt.Errorf("checksum mismatch: %w", errBadSnapshot)
 	}
 	offset := int64(be.Uint64(b[5:]))
 	n := be.Uint32(b[13:])

@@ -18,23 +18,6 @@ import (
 // by ReplicaLog.Commit. Leader no-ops and configuration changes are control
 // batches (EncodeControlBatch): no records, no offset.
 
-var (
-	// ErrReplicated is returned by Log.Append on a partition owned by a
-	// ReplicaLog: appends go through replication.
-	ErrReplicated = errors.New("partition is replicated: append through its replica log")
-	// ErrTruncateCommitted is returned by TruncateAfter for a truncation
-	// that would remove committed entries. A replica asked to do that must
-	// stop, not comply.
-	ErrTruncateCommitted = errors.New("truncation would remove committed entries")
-	// ErrNoEntry is returned by ReplicaLog.Batch for an index the log does
-	// not hold (never written, truncated, or removed by retention).
-	ErrNoEntry = errors.New("no entry at that index")
-	// ErrCompacted is returned by ReplicaLog.Term and Entries for an index
-	// at or before the log's start (see ReplicaLog.Start): those entries
-	// were removed by retention or replaced by a snapshot.
-	ErrCompacted = errors.New("entry before the log's start")
-)
-
 // BatchInfo describes an encoded batch.
 type BatchInfo struct {
 	BaseOffset int64
@@ -55,7 +38,7 @@ func DecodeBatchInfo(b []byte) (BatchInfo, error) {
 		return BatchInfo{}, err
 	}
 	if h.size() != len(b) {
-		return BatchInfo{}, fmt.Errorf("%w: %d trailing bytes after the batch", errBadLength, len(b)-h.size())
+		return BatchInfo{}, fmt.Errorf("%d trailing bytes after the batch: %w", len(b)-h.size(), errBadLength)
 	}
 	info := BatchInfo{BaseOffset: h.baseOffset, NextOffset: h.nextOffset(), Term: h.term, Index: h.index,
 		Control: h.attributes&attrControl != 0, Records: h.recordCount}
@@ -70,7 +53,7 @@ func DecodeBatchInfo(b []byte) (BatchInfo, error) {
 // Timestamp get now.
 func EncodeBatch(baseOffset int64, term, index uint64, recs []Record, opts AppendOptions, now time.Time) ([]byte, error) {
 	if len(recs) == 0 {
-		return nil, fmt.Errorf("encode batch: %w: empty batch", ErrInvalidRecord)
+		return nil, fmt.Errorf("encode batch: empty batch: %w", ErrInvalidRecord)
 	}
 	var bb batchBuilder
 	bb.encodeRecords(recs, opts.SourcePosition, opts.SourcePosition != nil, now.UnixMilli())
@@ -319,7 +302,7 @@ func (p *partition) findIndex(idx uint64) (entryPos, int, error) {
 		}
 	}
 	if idx == 0 || idx > p.lastIndex {
-		return entryPos{}, 0, fmt.Errorf("%w: %d", ErrNoEntry, idx)
+		return entryPos{}, 0, fmt.Errorf("index %d: %w", idx, ErrNoEntry)
 	}
 	buf := make([]byte, batchFixedHeader)
 	for si := len(p.segs) - 1; si >= 0; si-- {
@@ -366,7 +349,7 @@ func (p *partition) findIndex(idx uint64) (entryPos, int, error) {
 		}
 		break
 	}
-	return entryPos{}, 0, fmt.Errorf("%w: %d", ErrNoEntry, idx)
+	return entryPos{}, 0, fmt.Errorf("index %d: %w", idx, ErrNoEntry)
 }
 
 // noteRecent records the entry just written; the window keeps the newest
@@ -417,7 +400,7 @@ func (r *ReplicaLog) Append(ctx context.Context, batches [][]byte) error {
 	for _, b := range batches {
 		h, err := parseBatch(b, true)
 		if err == nil && h.size() != len(b) {
-			err = fmt.Errorf("%w: trailing bytes", errBadLength)
+			err = fmt.Errorf("trailing bytes: %w", errBadLength)
 		}
 		if err == nil && h.baseOffset != p.next {
 			err = fmt.Errorf("base offset %d, want %d", h.baseOffset, p.next)
@@ -512,9 +495,9 @@ func (r *ReplicaLog) Term(idx uint64) (uint64, error) {
 	case idx == si:
 		return st, nil
 	case idx < si:
-		return 0, fmt.Errorf("%w: %d (log starts after %d)", ErrCompacted, idx, si)
+		return 0, fmt.Errorf("index %d (log starts after %d): %w", idx, si, ErrCompacted)
 	case idx > p.lastIndex:
-		return 0, fmt.Errorf("%w: %d (last %d)", ErrNoEntry, idx, p.lastIndex)
+		return 0, fmt.Errorf("index %d (last %d): %w", idx, p.lastIndex, ErrNoEntry)
 	case idx == p.lastIndex:
 		return p.lastTerm, nil
 	}
@@ -534,10 +517,10 @@ func (r *ReplicaLog) Entries(lo, hi uint64, maxBytes uint64) ([][]byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if si, _ := p.startIndex(); lo <= si {
-		return nil, fmt.Errorf("%w: %d (log starts after %d)", ErrCompacted, lo, si)
+		return nil, fmt.Errorf("index %d (log starts after %d): %w", lo, si, ErrCompacted)
 	}
 	if hi > p.lastIndex+1 || lo >= hi {
-		return nil, fmt.Errorf("%w: entries %d..%d (last %d)", ErrNoEntry, lo, hi, p.lastIndex)
+		return nil, fmt.Errorf("entries %d..%d (last %d): %w", lo, hi, p.lastIndex, ErrNoEntry)
 	}
 	e, si, err := p.findIndex(lo)
 	if err != nil {
@@ -575,7 +558,7 @@ func (r *ReplicaLog) Entries(lo, hi uint64, maxBytes uint64) ([][]byte, error) {
 		}
 	}
 	if idx < hi && len(out) == 0 {
-		return nil, fmt.Errorf("%w: %d", ErrNoEntry, idx)
+		return nil, fmt.Errorf("index %d: %w", idx, ErrNoEntry)
 	}
 	return out, nil
 }
@@ -659,14 +642,14 @@ func (r *ReplicaLog) TruncateAfter(idx uint64) error {
 		return nil
 	}
 	if idx < p.commitIndex {
-		return fmt.Errorf("truncate %s after index %d: %w (commit index %d)", p.name(), idx, ErrTruncateCommitted, p.commitIndex)
+		return fmt.Errorf("truncate %s after index %d (commit index %d): %w", p.name(), idx, p.commitIndex, ErrTruncateCommitted)
 	}
 	e, si, err := p.findIndex(idx + 1)
 	if err != nil {
 		return fmt.Errorf("truncate %s after index %d: %w", p.name(), idx, err)
 	}
 	if e.baseOffset < p.hw && !e.control {
-		return fmt.Errorf("truncate %s after index %d: %w (offset %d < high watermark %d)", p.name(), idx, ErrTruncateCommitted, e.baseOffset, p.hw)
+		return fmt.Errorf("truncate %s after index %d (offset %d < high watermark %d): %w", p.name(), idx, e.baseOffset, p.hw, ErrTruncateCommitted)
 	}
 	if si < len(p.segs)-1 {
 		p.layoutGen++

@@ -18,15 +18,6 @@ import (
 // (ReadSegment on the leader, StageSegment on the receiver). The receiver
 // then replaces its whole log with them (InstallSnapshot).
 
-// ErrSnapshotStale is returned by ReadSegment when the sender's sealed
-// segments changed (compaction, retention, truncation, restart) since its
-// Snapshot was taken: the receiver must ask for a new one.
-var ErrSnapshotStale = errors.New("snapshot's segment files changed; a new snapshot is needed")
-
-// ErrNoSnapshot is returned by ReplicaLog.Snapshot when the log holds no
-// committed entry to describe.
-var ErrNoSnapshot = errors.New("no committed entry to snapshot")
-
 // Snapshot describes a replica's log as of a committed entry.
 type Snapshot struct {
 	// Index and Term name the last entry covered.

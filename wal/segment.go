@@ -273,14 +273,14 @@ func (s *segment) firstBatchTime() (int64, bool, error) {
 func (s *segment) verifyIndexedTail() error {
 	if s.size == 0 {
 		if len(s.offIdx) != 0 {
-			return fmt.Errorf("%w: entries for an empty segment", errStaleIndex)
+			return fmt.Errorf("entries for an empty segment: %w", errStaleIndex)
 		}
 		s.next = s.base
 		return nil
 	}
 	n := len(s.offIdx)
 	if n == 0 {
-		return fmt.Errorf("%w: no entry", errStaleIndex)
+		return fmt.Errorf("no entry: %w", errStaleIndex)
 	}
 	last := s.offIdx[n-1]
 	pos, want := int64(last.pos), s.base+int64(last.rel)
@@ -293,17 +293,17 @@ func (s *segment) verifyIndexedTail() error {
 		}
 		h, err := parseBatch(b, true)
 		if err != nil {
-			return fmt.Errorf("%w: batch at indexed position %d: %v", errStaleIndex, pos, err)
+			return fmt.Errorf("batch at indexed position %d: %v: %w", pos, err, errStaleIndex)
 		}
 		if want >= 0 && h.baseOffset != want {
-			return fmt.Errorf("%w: last entry says offset %d at byte %d, the batch there has %d", errStaleIndex, want, pos, h.baseOffset)
+			return fmt.Errorf("last entry says offset %d at byte %d, the batch there has %d: %w", want, pos, h.baseOffset, errStaleIndex)
 		}
 		want = -1
 		next = max(next, h.nextOffset())
 		pos += int64(h.size())
 	}
 	if pos != s.size {
-		return fmt.Errorf("%w: batches end at byte %d past the size %d", errStaleIndex, pos, s.size)
+		return fmt.Errorf("batches end at byte %d past the size %d: %w", pos, s.size, errStaleIndex)
 	}
 	s.next = next
 	return nil

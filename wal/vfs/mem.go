@@ -154,6 +154,7 @@ func (m *Mem) parentExists(name string) bool {
 	return m.dirs[path.Dir(name)]
 }
 
+// Create implements FS.Create.
 func (m *Mem) Create(name string) (File, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -188,9 +189,13 @@ func (m *Mem) open(name string, writable bool) (File, error) {
 	return &memFile{m: m, n: n, name: name, gen: m.gen, writable: writable}, nil
 }
 
-func (m *Mem) Open(name string) (File, error)   { return m.open(name, false) }
+// Open implements FS.Open.
+func (m *Mem) Open(name string) (File, error) { return m.open(name, false) }
+
+// OpenRW implements FS.OpenRW.
 func (m *Mem) OpenRW(name string) (File, error) { return m.open(name, true) }
 
+// Remove implements FS.Remove.
 func (m *Mem) Remove(name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -305,6 +310,7 @@ func (m *Mem) Rename(oldname, newname string) error {
 	return &fs.PathError{Op: "rename", Path: oldname, Err: fs.ErrNotExist}
 }
 
+// MkdirAll implements FS.MkdirAll.
 func (m *Mem) MkdirAll(name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -321,6 +327,7 @@ func (m *Mem) MkdirAll(name string) error {
 	return nil
 }
 
+// ReadDir implements FS.ReadDir.
 func (m *Mem) ReadDir(name string) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -343,6 +350,7 @@ func (m *Mem) ReadDir(name string) ([]string, error) {
 	return out, nil
 }
 
+// Stat implements FS.Stat.
 func (m *Mem) Stat(name string) (FileInfo, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -356,6 +364,7 @@ func (m *Mem) Stat(name string) (FileInfo, error) {
 	return FileInfo{}, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrNotExist}
 }
 
+// SyncDir implements FS.SyncDir.
 func (m *Mem) SyncDir(name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -395,6 +404,7 @@ type memLock struct {
 	gen  int
 }
 
+// Close implements io.Closer: it releases the lock.
 func (l *memLock) Close() error {
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
@@ -404,6 +414,7 @@ func (l *memLock) Close() error {
 	return nil
 }
 
+// Lock implements FS.Lock.
 func (m *Mem) Lock(name string) (io.Closer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -435,6 +446,7 @@ func (f *memFile) check(op string) error {
 	return nil
 }
 
+// ReadAt implements io.ReaderAt.
 func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
@@ -451,6 +463,7 @@ func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// WriteAt implements io.WriterAt.
 func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
@@ -481,6 +494,7 @@ func (f *memFile) writeAtLocked(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// Write implements io.Writer.
 func (f *memFile) Write(p []byte) (int, error) {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
@@ -489,6 +503,7 @@ func (f *memFile) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// Close implements io.Closer.
 func (f *memFile) Close() error {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
@@ -499,6 +514,7 @@ func (f *memFile) Close() error {
 	return nil
 }
 
+// Sync implements File.Sync.
 func (f *memFile) Sync() error {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
@@ -529,6 +545,7 @@ func (f *memFile) Sync() error {
 	return nil
 }
 
+// Truncate implements File.Truncate.
 func (f *memFile) Truncate(size int64) error {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
@@ -547,6 +564,7 @@ func (f *memFile) Truncate(size int64) error {
 	return nil
 }
 
+// Size implements File.Size.
 func (f *memFile) Size() (int64, error) {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
@@ -556,6 +574,7 @@ func (f *memFile) Size() (int64, error) {
 	return int64(len(f.n.data)), nil
 }
 
+// Preallocate implements File.Preallocate.
 func (f *memFile) Preallocate(int64) error {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()

@@ -16,6 +16,7 @@ type osFS struct{}
 
 type osFile struct{ *os.File }
 
+// Create implements FS.Create.
 func (osFS) Create(name string) (File, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -24,6 +25,7 @@ func (osFS) Create(name string) (File, error) {
 	return osFile{f}, nil
 }
 
+// Open implements FS.Open.
 func (osFS) Open(name string) (File, error) {
 	f, err := os.Open(name)
 	if err != nil {
@@ -32,6 +34,7 @@ func (osFS) Open(name string) (File, error) {
 	return osFile{f}, nil
 }
 
+// OpenRW implements FS.OpenRW.
 func (osFS) OpenRW(name string) (File, error) {
 	f, err := os.OpenFile(name, os.O_RDWR, 0)
 	if err != nil {
@@ -40,11 +43,19 @@ func (osFS) OpenRW(name string) (File, error) {
 	return osFile{f}, nil
 }
 
-func (osFS) Remove(name string) error             { return os.Remove(name) }
-func (osFS) RemoveAll(name string) error          { return os.RemoveAll(name) }
-func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
-func (osFS) MkdirAll(name string) error           { return os.MkdirAll(name, 0o755) }
+// Remove implements FS.Remove.
+func (osFS) Remove(name string) error { return os.Remove(name) }
 
+// RemoveAll implements FS.RemoveAll.
+func (osFS) RemoveAll(name string) error { return os.RemoveAll(name) }
+
+// Rename implements FS.Rename.
+func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
+
+// MkdirAll implements FS.MkdirAll.
+func (osFS) MkdirAll(name string) error { return os.MkdirAll(name, 0o755) }
+
+// ReadDir implements FS.ReadDir.
 func (osFS) ReadDir(name string) ([]string, error) {
 	ents, err := os.ReadDir(name)
 	if err != nil {
@@ -58,6 +69,7 @@ func (osFS) ReadDir(name string) ([]string, error) {
 	return names, nil
 }
 
+// Stat implements FS.Stat.
 func (osFS) Stat(name string) (FileInfo, error) {
 	st, err := os.Stat(name)
 	if err != nil {
@@ -66,6 +78,7 @@ func (osFS) Stat(name string) (FileInfo, error) {
 	return FileInfo{Size: st.Size(), IsDir: st.IsDir()}, nil
 }
 
+// SyncDir implements FS.SyncDir.
 func (osFS) SyncDir(name string) error {
 	d, err := os.Open(name)
 	if err != nil {
@@ -78,6 +91,7 @@ func (osFS) SyncDir(name string) error {
 	return err
 }
 
+// Lock implements FS.Lock.
 func (osFS) Lock(name string) (io.Closer, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -93,8 +107,10 @@ func (osFS) Lock(name string) (io.Closer, error) {
 	return f, nil
 }
 
+// Sync implements File.Sync.
 func (f osFile) Sync() error { return unix.Fdatasync(int(f.Fd())) }
 
+// Size implements File.Size.
 func (f osFile) Size() (int64, error) {
 	st, err := f.Stat()
 	if err != nil {
@@ -103,6 +119,7 @@ func (f osFile) Size() (int64, error) {
 	return st.Size(), nil
 }
 
+// Preallocate implements File.Preallocate.
 func (f osFile) Preallocate(size int64) error {
 	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, size)
 	if err == unix.EOPNOTSUPP || err == unix.ENOSYS {
