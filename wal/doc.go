@@ -214,8 +214,9 @@
 // last batch of its segment: the first is kept, empty, so that the
 // producer's sequence and source position survive compaction even if
 // every snapshot is lost (Kafka keeps such batches for the same reason);
-// the second so that the segment still ends where the next begins. Retention, in contrast, may delete a producer's last batch;
-// the snapshot then still holds its state, as Kafka's does.
+// the second so that the segment still ends where the next begins.
+// Retention, in contrast, may delete a producer's last batch; the snapshot
+// then still holds its state, as Kafka's does.
 //
 // # Replication (package wal/raft)
 //
@@ -260,7 +261,8 @@
 // entry it removes) in the state file before removing segments, so that
 // Raft can still ask the term at FirstIndex-1. Compaction keeps every
 // replication entry, emptied if need be, so that the log stays readable by
-// index (a batch of a single node's log left empty is dropped, as before).
+// index (a batch of a single node's log left empty is dropped, unless it
+// is its producer's or its segment's last, as above).
 // Retention and compaction only touch segments wholly below the committed
 // end.
 //
