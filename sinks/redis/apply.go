@@ -80,6 +80,7 @@ type plan struct {
 	touched []int
 	strs    []string // marker values, boxed as *string (no allocation per argument)
 	mset    []any
+	read    []rowID // the rows whose markers the chunk read from Redis
 
 	all   []goredis.Cmder // MULTI, the transaction, EXEC, WATCH, GET
 	cmds  []*goredis.Cmd  // the commands inside MULTI
@@ -121,7 +122,6 @@ func (s *Sink) fill(ctx context.Context, p *plan, prev *plan) error {
 	guard := !s.noGuard
 	now := nowNanos()
 	var need []string
-	var needID []rowID
 	var docKeys []string
 	for i := range ops {
 		o := &ops[i]
@@ -132,7 +132,7 @@ func (s *Sink) fill(ctx context.Context, p *plan, prev *plan) error {
 				} else {
 					p.state[o.id] = marker{}
 					need = append(need, o.vkey)
-					needID = append(needID, o.id)
+					p.read = append(p.read, o.id)
 				}
 			}
 		}
@@ -203,11 +203,11 @@ func (s *Sink) fill(ctx context.Context, p *plan, prev *plan) error {
 					if bad == nil {
 						bad = map[rowID]error{}
 					}
-					bad[needID[i]] = fmt.Errorf("version marker %s: %w", need[i], err)
+					bad[p.read[i]] = fmt.Errorf("version marker %s: %w", need[i], err)
 					continue
 				}
 				m.exp = s.markerLife(m, now)
-				p.state[needID[i]] = m
+				p.state[p.read[i]] = m
 			}
 		}
 		if rows != nil {
@@ -375,9 +375,17 @@ func (s *Sink) land(ctx context.Context, f *flight) (res chunkResult, clean bool
 		}
 	}
 	if guard {
-		for id, m := range p.state {
+		// what the chunk wrote, and what it read from Redis (cached entries it only read stay)
+		for _, i := range p.touched {
+			id := p.ops[i].id
+			m := p.state[id]
 			m.touched = false
 			s.cache.put(id, m)
+		}
+		for _, id := range p.read {
+			if m, ok := p.state[id]; ok && !m.touched {
+				s.cache.put(id, m)
+			}
 		}
 	}
 	return res, len(refused) == 0, nil
@@ -589,7 +597,7 @@ func (s *Sink) release(p *plan) {
 	clear(p.cmds)
 	clear(p.strs)
 	clear(p.mset)
-	*p = plan{dec: p.dec[:0], state: p.state, docs: p.docs, touched: p.touched[:0], strs: p.strs[:0], all: p.all[:0], cmds: p.cmds[:0], mset: p.mset[:0]}
+	*p = plan{dec: p.dec[:0], state: p.state, docs: p.docs, touched: p.touched[:0], strs: p.strs[:0], all: p.all[:0], cmds: p.cmds[:0], mset: p.mset[:0], read: p.read[:0]}
 	if len(s.spare) < 2 {
 		s.spare = append(s.spare, p)
 	}

@@ -344,30 +344,33 @@ func (e *executor) settle(fl *flight) (clean bool) {
 // after applying the last chunk again on a new one.
 func (e *executor) wait() error {
 	s := e.s
-	var err error
 	for attempt := 0; ; attempt++ {
-		if err != nil {
-			if err = s.retryable(e.ctx, err, attempt, len(e.last)); err != nil {
-				return err
-			}
-		}
-		if s.conn == nil {
-			if _, err = s.applyOnce(e.ctx, e.last); err != nil {
-				continue
-			}
-		}
-		var n int64
-		n, err = s.conn.Wait(e.ctx, s.o.waitN, s.o.waitTimeout).Result()
-		if err == nil && n < int64(s.o.waitN) {
-			err = fmt.Errorf("wait: %d of %d replicas acknowledged the batch within %v", n, s.o.waitN, s.o.waitTimeout)
-		}
+		err := e.waitOnce()
 		if err == nil {
 			return nil
 		}
-		if !strings.HasPrefix(err.Error(), "wait:") {
-			s.dropConn()
+		if err = s.retryable(e.ctx, err, attempt, len(e.last)); err != nil {
+			return err
 		}
 	}
+}
+
+func (e *executor) waitOnce() error {
+	s := e.s
+	if s.conn == nil {
+		if _, err := s.applyOnce(e.ctx, e.last); err != nil {
+			return err
+		}
+	}
+	n, err := s.conn.Wait(e.ctx, s.o.waitN, s.o.waitTimeout).Result()
+	if err != nil {
+		s.dropConn()
+		return err
+	}
+	if n < int64(s.o.waitN) {
+		return fmt.Errorf("wait: %d of %d replicas acknowledged the batch within %v", n, s.o.waitN, s.o.waitTimeout)
+	}
+	return nil
 }
 
 // finish waits for the submitted chunks and returns what they did.

@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/e2e/harness"
 	"github.com/sluice-cdc/sluice/e2e/sinks/sinktest"
 	"github.com/sluice-cdc/sluice/sinks/internal/change"
 )
@@ -419,5 +420,65 @@ func TestOwner(t *testing.T) {
 	mustWrite(t, s3, rec(3, 5, "e"))
 	if d := diffKeys(map[string]any{"t:3": row(3, "e")}, keyspace(t, c, TypeHash, "")); d != "" {
 		t.Fatal(d)
+	}
+}
+
+// TestWaitReplicas: with redis.wait.replicas a Write returns once the replica has every row of
+// it (it is read from the replica right after); with the replica gone, Write fails with a
+// retriable error naming WAIT after max.retries.
+func TestWaitReplicas(t *testing.T) {
+	ctx := testCtx(t)
+	primary, err := harness.StartRedis(ctx, harness.RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { primary.Close() })
+	replica, err := harness.StartRedis(ctx, harness.RedisOptions{ExtraArgs: []string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicaClosed := false
+	t.Cleanup(func() {
+		if !replicaClosed {
+			replica.Close()
+		}
+	})
+	pc, rc := client(t, primary.Addr(), 0), client(t, replica.Addr(), 0)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		info, _ := pc.Info(ctx, "replication").Result()
+		if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica did not come online:\n%s", info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s := newTestSink(t, primary.Addr(), 0, map[string]string{KeyWaitReplicas: "1", KeyWaitTimeout: "300",
+		KeyMaxRetries: "1", KeyRetryBackoff: "1", KeyBatchSize: "3"}, nil)
+	var recs []connect.Record
+	for id := int64(1); id <= 10; id++ {
+		recs = append(recs, connect.Record{Topic: "db.s.t", Key: connect.Row{{Name: "id", Value: id}}, Version: id,
+			Value: connect.Row{{Name: "id", Value: id}, {Name: "v", Value: "x"}}})
+	}
+	mustWrite(t, s, recs...)
+	for id := 1; id <= 10; id++ {
+		if v, err := rc.HGet(ctx, "t:"+strconv.Itoa(id), "v").Result(); err != nil || v != "x" {
+			t.Fatalf("the replica lacks t:%d right after Write returned: %q, %v", id, v, err)
+		}
+	}
+	replicaClosed = true
+	if err := replica.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range recs {
+		recs[i].Version += 100
+	}
+	err = s.Write(ctx, recs)
+	if err == nil || !connect.IsRetriable(err) || !strings.Contains(err.Error(), "still failing after 1 retries: wait: 0 of 1 replicas acknowledged the batch within 300ms") {
+		t.Fatalf("write without the replica: %v, want a retriable error naming WAIT", err)
+	}
+	if st := s.Stats(); st.Retries != 1 {
+		t.Fatalf("retries = %d, want 1", st.Retries)
 	}
 }

@@ -156,15 +156,15 @@ func newVersionCache(max int) *versionCache {
 	return &versionCache{max: max, cur: map[rowID]marker{}}
 }
 
-// get returns the cached marker of id unless it may have expired.
+// get returns the cached marker of id unless it may have expired. An entry found in the older
+// map stays there: the sink puts every marker it writes again, and those it only reads (their
+// writes refused) may age out.
 func (c *versionCache) get(id rowID, now int64) (marker, bool) {
 	m, ok := c.cur[id]
 	if !ok {
 		if m, ok = c.prev[id]; !ok {
 			return marker{}, false
 		}
-		delete(c.prev, id)
-		c.put(id, m)
 	}
 	if m.expired(now) {
 		return marker{}, false
