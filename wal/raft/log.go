@@ -123,7 +123,7 @@ func (l *Log) replay(g *group) error {
 }
 
 // topicCreated opens the local replicas of a topic the cluster created.
-// It runs at open and from the meta group's loop.
+// It runs at open and from the meta group's applier.
 func (l *Log) topicCreated(tm *topicMeta) error {
 	var mine []int32
 	for p, r := range tm.replicas {
