@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"testing"
@@ -161,11 +162,14 @@ func BenchmarkReplicatedAppend(b *testing.B) {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // BenchmarkFailover measures, with the default timeouts (100ms ticks,
-// election after 10-20 ticks), the time from SIGKILL of a partition's
-// leader process to the first append acknowledged by the new leader,
-// b.N times, and reports p50, p99 and max.
+// election after 10-20 ticks; SLUICE_RAFT_BENCH_TICK sets another tick),
+// the time from SIGKILL of a partition's leader process to the first
+// append acknowledged by the new leader, b.N times, and reports p50, p99
+// and max.
 func BenchmarkFailover(b *testing.B) {
-	c := newProcCluster(b, 3, 0)
+	// SLUICE_RAFT_BENCH_TICK sets another tick (the default is 100ms).
+	tick, _ := time.ParseDuration(os.Getenv("SLUICE_RAFT_BENCH_TICK"))
+	c := newProcCluster(b, 3, tick)
 	ctx := ctxT(b, 5*time.Minute)
 	if err := c.client.CreateTopic(ctx, "f", smallTopic(1), 3); err != nil {
 		b.Fatal(err)
