@@ -157,8 +157,7 @@ func (s *Source) Open(ctx context.Context, after connect.Position) error {
 		return err
 	}
 	if s.set.snapshotMode != SnapshotInitialOnly {
-		fresh := s.freshSnap || after.IsZero()
-		if err := s.incr.ConfigChanged(ctx, s.captureFilters(), fresh, s.addedTables); err != nil {
+		if err := s.incr.ConfigChanged(ctx, s.captureFilters(), s.freshSnap, s.addedTables); err != nil {
 			return err
 		}
 	}

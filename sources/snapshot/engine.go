@@ -71,6 +71,8 @@ type Engine struct {
 	stats   Stats
 	filters map[string]string // capture filter last stored
 	wake    chan struct{}
+	ready   chan struct{} // closed when Open is done: commands wait for it
+	opened  bool
 	// hasPending is len(pending) > 0, read without the lock by Idle
 	hasPending atomic.Bool
 
@@ -104,7 +106,7 @@ func New(opts Options) *Engine {
 	}
 	e := &Engine{
 		opts: opts, set: opts.Settings, log: opts.Logger, now: opts.Now,
-		wake: make(chan struct{}, 1), watch: map[string]*Window{}, rates: map[string]*rate{},
+		wake: make(chan struct{}, 1), ready: make(chan struct{}), watch: map[string]*Window{}, rates: map[string]*rate{},
 		st: state{V: stateVersion}, nextSeq: 1,
 	}
 	e.publish()
@@ -127,6 +129,9 @@ func (e *Engine) Open(ctx context.Context, state []byte) error {
 	if err != nil {
 		return connect.Permanent(err)
 	}
+	// commands stored meanwhile wait (their sequence numbers follow the store's)
+	e.cmdMu.Lock()
+	defer e.cmdMu.Unlock()
 	e.st = st
 	e.enc = nil
 	e.windows, e.started = nil, false
@@ -166,6 +171,10 @@ func (e *Engine) Open(ctx context.Context, state []byte) error {
 	e.nextSeq = maxSeq + 1
 	e.filters = filters
 	e.acked, e.await = nil, nil
+	if !e.opened {
+		e.opened = true
+		close(e.ready)
+	}
 	e.mu.Unlock()
 	if len(pending) > 0 {
 		e.log.Info("incremental snapshot commands to apply", "commands", len(pending), "applied_seq", st.Seq)
@@ -196,7 +205,7 @@ func (e *Engine) ConfigChanged(ctx context.Context, filters map[string]string, f
 	if len(tables) == 0 {
 		return e.storeFilters(ctx, filters)
 	}
-	c := command{Type: signalAddTables, Origin: OriginConfig, Kind: TypeIncremental, Filters: filters}
+	c := command{ID: fmt.Sprintf("config-%d", e.now().UnixMilli()), Type: signalAddTables, Origin: OriginConfig, Kind: TypeIncremental, Filters: filters, At: e.now().UnixMilli()}
 	var names []string
 	for _, t := range tables {
 		if t.Key == nil {
@@ -265,6 +274,11 @@ func requestErr(format string, args ...any) error {
 // returns once the command is stored, with the status document. A request that cannot be
 // applied is a connect.Permanent error wrapping ErrRequest. Any goroutine.
 func (e *Engine) Signal(ctx context.Context, typ string, data []byte, origin, id string) ([]byte, error) {
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("the source is starting: %w", ctx.Err())
+	}
 	c, err := e.command(ctx, typ, data, origin, id)
 	if err != nil {
 		return nil, err

@@ -9,7 +9,8 @@ import (
 // Status is the snapshot status document of GET /connectors/{c}/snapshots.
 type Status struct {
 	// State is IDLE (nothing queued), RUNNING, PAUSED or THROTTLED (chunks wait for
-	// incremental.snapshot.max.rows.per.second or max.lag).
+	// incremental.snapshot.max.rows.per.second or max.lag); STARTING while the source
+	// has not yet restored its position.
 	State     string `json:"state"`
 	Throttled string `json:"throttled_by,omitempty"`
 	// ChunkID counts the chunks read so far; RemainingTables the tables queued or being read.
@@ -57,6 +58,10 @@ func (e *Engine) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st := e.status
+	if !e.opened {
+		// the source has not read its position yet
+		return Status{State: "STARTING", Tables: []TableStatus{}}
+	}
 	st.Tables = append([]TableStatus(nil), st.Tables...)
 	// commands stored but not yet applied by the Read goroutine
 	for _, c := range e.pending {
