@@ -241,6 +241,13 @@ func (g *group) run(ctx context.Context) error {
 	return g.failedErr()
 }
 
+// runLogged is run for Log.Run: a failure was logged by fail already,
+// and stops this group only.
+func (g *group) runLogged(ctx context.Context) error {
+	_ = g.run(ctx)
+	return nil
+}
+
 // guard turns a panic (a broken invariant, in this package or in Raft)
 // into a failure of this group alone.
 func (g *group) guard(f func()) {

@@ -178,7 +178,7 @@ func (l *Log) start(g *group) {
 	if l.runCtx == nil {
 		return
 	}
-	l.goLocked(func(ctx context.Context) error { return g.run(ctx) })
+	l.goLocked(g.runLogged)
 }
 
 // goLocked runs f under Run's wait group. Caller holds mu and Run runs.
@@ -229,7 +229,7 @@ func (l *Log) Run(ctx context.Context) error {
 	l.goLocked(func(ctx context.Context) error { return l.wal.Run(ctx) })
 	l.goLocked(l.ticker)
 	for _, g := range l.groups {
-		l.goLocked(func(ctx context.Context) error { return g.run(ctx) })
+		l.goLocked(g.runLogged)
 	}
 	l.mu.Unlock()
 	<-ctx.Done()
