@@ -469,7 +469,12 @@ func (l *Log) AppendInfo(ctx context.Context, topic string, part int32, recs []w
 	for {
 		res, info, err := l.appendBatch(ctx, key, tm.replicas[part], b)
 		if err != nil && opts.ProducerID > 0 && errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil {
-			continue // idempotent: the retry finds the batch if it is in the log
+			// Idempotent: the retry finds the batch if it is in the log.
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
 		}
 		return res, info, err
 	}
