@@ -307,8 +307,14 @@ type flight struct {
 // send sends p on s.conn in a goroutine of its own. The connection must watch the owner key
 // (plan made sure of it) unless the guard is off.
 func (s *Sink) send(ctx context.Context, p *plan) *flight {
-	s.ensureConn()
 	f := &flight{p: p, done: make(chan struct{})}
+	if !s.noGuard && (s.conn == nil || !s.watching) {
+		// never send an unfenced transaction; land treats it as failed
+		p.exec.SetErr(errors.New("redis sink: a transaction on a connection that does not watch the owner key"))
+		close(f.done)
+		return f
+	}
+	s.ensureConn()
 	pipe := s.conn.Pipeline()
 	_ = pipe.BatchProcess(ctx, p.all...)
 	s.watching = false // until the answer shows the WATCH that follows EXEC held
