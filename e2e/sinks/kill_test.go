@@ -259,7 +259,7 @@ func hashOf(t *testing.T, row connect.Row) map[string]string {
 
 // TestKillLoop runs datagen → log → Elasticsearch and Redis sinks in the sluice binary, kills
 // it with SIGKILL at random moments (mostly in the middle of sink batches: a Write is several
-// bulk requests and script calls) and stops it gracefully now and then, restarts it, and
+// bulk requests and MULTI/EXEC transactions) and stops it gracefully now and then, restarts it, and
 // checks at the end that the index and the keyspace equal the rows datagen's events leave:
 // no lost write, no stale document, no resurrected delete.
 func TestKillLoop(t *testing.T) {

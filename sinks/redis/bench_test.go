@@ -140,8 +140,8 @@ func cpuSeconds(b testing.TB, c *goredis.Client) (redis, self float64) {
 // BenchmarkApply measures the sink applying one million small change events (95 % upserts of
 // hashes with five fields over 250 000 keys, 5 % deletes) with the version guard, and without
 // it (to show its cost), against a raw pipelined HSET/DEL loop with go-redis whose pipeline
-// depth is found by doubling. The sink gets Writes of that many records, in script calls of
-// batch.size 500. The loaders run in alternating segments of 50 000 events (the machine is
+// depth is found by doubling. The sink gets Writes of that many records (at least 500), in
+// transactions of batch.size 500. The loaders run in alternating segments of 50 000 events (the machine is
 // shared). Run it alone:
 //
 //	go test -run '^$' -bench Apply -benchtime 1x ./sinks/redis
