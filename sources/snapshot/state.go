@@ -85,6 +85,12 @@ func decodeState(b []byte) (state, error) {
 	if st.V != stateVersion {
 		return state{}, fmt.Errorf("%w: unknown version %d", ErrStateFormat, st.V)
 	}
+	if len(st.Tables) == 0 {
+		st.Tables = nil
+	}
+	if len(st.Done) == 0 {
+		st.Done = nil
+	}
 	for i, t := range st.Tables {
 		if t == nil || t.Table == "" {
 			return state{}, fmt.Errorf("%w: tables[%d] names no table", ErrStateFormat, i)
@@ -94,6 +100,12 @@ func decodeState(b []byte) (state, error) {
 		}
 		if t.ChunkSize <= 0 {
 			return state{}, fmt.Errorf("%w: tables[%d]: chunk_size %d", ErrStateFormat, i, t.ChunkSize)
+		}
+		if len(t.Key) == 0 {
+			t.Key = nil
+		}
+		if len(t.After) == 0 {
+			t.After = nil
 		}
 	}
 	return st, nil

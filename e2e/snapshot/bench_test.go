@@ -1,0 +1,157 @@
+package snapshot_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluice-cdc/sluice/e2e/harness"
+)
+
+// BenchmarkSnapshotRates measures, in one run and against one durable PostgreSQL, how fast the
+// sluice binary gets a 1,000,000-row table into its log by
+//
+//   - the initial snapshot (snapshot.mode=initial on a new slot), the baseline;
+//   - an incremental snapshot requested through the API, alone;
+//   - an incremental snapshot while a writer updates, inserts and deletes rows of the table;
+//
+// and reports each rate and its ratio to the baseline (goal: at least 0.7 without load).
+// Rounds alternate the three (SLUICE_BENCH_ROUNDS, default 2) and the medians are
+// reported. Run it with: go test ./e2e/snapshot -run '^$' -bench SnapshotRates -benchtime 1x
+func BenchmarkSnapshotRates(b *testing.B) {
+	rows := 1000000
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROWS")); err == nil && v > 0 {
+		rows = v
+	}
+	rounds := 2
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	pg, err := harness.StartPostgres(ctx, harness.PostgresOptions{Durable: true})
+	cancel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := pg.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	servers.mu.Lock()
+	prev := servers.pg
+	servers.pg = pg
+	servers.mu.Unlock()
+	defer func() {
+		servers.mu.Lock()
+		servers.pg = prev
+		servers.mu.Unlock()
+	}()
+
+	d := newPG(b)
+	d.createTable(b, "items", rows)
+	d.exec(b, "VACUUM ANALYZE items")
+	var initial, incr, loaded []float64
+	var writes []int64
+	for range b.N {
+		for r := range rounds {
+			initial = append(initial, initialRate(b, d, rows, r))
+			incr = append(incr, incrementalRate(b, d, rows, r, false, nil))
+			var w int64
+			loaded = append(loaded, incrementalRate(b, d, rows, r, true, &w))
+			writes = append(writes, w)
+		}
+	}
+	mi, mn, ml := median(initial), median(incr), median(loaded)
+	b.ReportMetric(mi, "initial_rows/s")
+	b.ReportMetric(mn, "incremental_rows/s")
+	b.ReportMetric(ml, "incremental_under_writes_rows/s")
+	b.ReportMetric(mn/mi, "ratio_incremental/initial")
+	b.ReportMetric(ml/mi, "ratio_under_writes/initial")
+	b.Logf("%d rows, %d rounds: initial %v rows/s, incremental %v, incremental under writes %v (writes per round %v)", rows, rounds, rounded(initial), rounded(incr), rounded(loaded), writes)
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func rounded(xs []float64) []int64 {
+	out := make([]int64, len(xs))
+	for i, x := range xs {
+		out[i] = int64(x)
+	}
+	return out
+}
+
+// committedDone polls the committed position until done says it is past the snapshot.
+func (n *node) committedDone(what string, done func(off map[string]any) bool) {
+	n.t.Helper()
+	n.waitFor(what, 10*time.Minute, func() bool {
+		off := n.offset()
+		return off != nil && done(off)
+	})
+}
+
+// initialRate creates a connector through the API whose initial snapshot reads the table into
+// a new log; it is done when the committed position is a stream position.
+func initialRate(b *testing.B, d *pgDB, rows, round int) float64 {
+	n := newNode(b, "", nil)
+	n.start()
+	cfg := d.config([]string{"items"}, map[string]string{"snapshot.mode": "initial", "slot.name": fmt.Sprintf("%s_init%d", d.name, round),
+		"slot.drop.on.stop": "true", "offset.flush.interval.ms": "0"})
+	cfg["connector.class"] = d.class()
+	start := time.Now()
+	n.must("PUT", "/connectors/src/config", jsonOf(b, cfg), 201)
+	n.committedDone("the initial snapshot", func(off map[string]any) bool {
+		_, snap := off["snapshot"]
+		return !snap && off["lsn"] != nil
+	})
+	el := time.Since(start)
+	n.stop()
+	return float64(rows) / el.Seconds()
+}
+
+// incrementalRate runs a streaming connector and times an incremental snapshot of the table
+// (with a writer running when load is set), until the committed position says it is done.
+func incrementalRate(b *testing.B, d *pgDB, rows, round int, load bool, writes *int64) float64 {
+	cfg := d.config([]string{"items"}, map[string]string{"slot.name": fmt.Sprintf("%s_incr%d_%t", d.name, round, load),
+		"slot.drop.on.stop": "true", "offset.flush.interval.ms": "0"})
+	n := newNode(b, d.class(), cfg)
+	n.start()
+	var w *writer
+	if load {
+		w = startWriter(b, d, "items", rows, uint64(round))
+		n.waitFor("writes", time.Minute, func() bool { return w.writes.Load() > 100 })
+	}
+	start := time.Now()
+	n.must("POST", "/connectors/src/snapshots", `{"data-collections":["public.items"]}`, 202)
+	n.committedDone("the incremental snapshot", func(off map[string]any) bool {
+		inc, _ := off["incremental"].(map[string]any)
+		if inc == nil {
+			return false
+		}
+		tables, _ := inc["tables"].([]any)
+		done, _ := inc["done"].([]any)
+		return len(tables) == 0 && len(done) > 0
+	})
+	el := time.Since(start)
+	if w != nil {
+		*writes = w.writes.Load()
+		w.halt(b)
+	}
+	var read int64
+	for _, ts := range n.status().Tables {
+		read = ts.RowsScanned
+	}
+	n.stop()
+	return float64(read) / el.Seconds()
+}
