@@ -67,18 +67,18 @@ func (c *Client) conn(ctx context.Context, node uint64) (*conn, error) {
 	c.mu.Unlock()
 	addr, ok := c.nodes[node]
 	if !ok || closed {
-		return nil, fmt.Errorf("%w: node %d", errUnreachable, node)
+		return nil, fmt.Errorf("node %d: %w", node, errUnreachable)
 	}
 	nc, br, _, err := dialNode(ctx, addr, c.tls, c.cluster, 0, node)
 	if err != nil {
-		return nil, fmt.Errorf("%w: node %d: %v", errUnreachable, node, err)
+		return nil, fmt.Errorf("node %d: %v: %w", node, err, errUnreachable)
 	}
 	cn := newConn(nc, node)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		nc.Close()
-		return nil, fmt.Errorf("%w: client closed", errUnreachable)
+		return nil, fmt.Errorf("client closed: %w", errUnreachable)
 	}
 	if old := c.conns[node]; old != nil {
 		old.close(errors.New("replaced"))
@@ -134,7 +134,7 @@ func (c *Client) redirect(ctx context.Context, node uint64, f func(node uint64) 
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (%v)", lastErr, ctx.Err())
+			return fmt.Errorf("%v: %w", ctx.Err(), lastErr)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 100*time.Millisecond)
@@ -157,7 +157,7 @@ func (c *Client) Append(ctx context.Context, node uint64, topic string, part int
 		e.bytes(b.Bytes())
 		body, err := c.call(ctx, node, opAppend, e.b)
 		if errors.Is(err, errConnLost) {
-			return fmt.Errorf("append at node %d: %w: %w", node, ErrOutcomeUnknown, err)
+			return fmt.Errorf("append at node %d: %w: %w", node, err, ErrOutcomeUnknown)
 		}
 		if err != nil {
 			return err

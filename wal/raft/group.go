@@ -594,7 +594,7 @@ func (g *group) softState(ss *etcdraft.SoftState) {
 	g.mu.Unlock()
 	if was == etcdraft.StateLeader && ss.RaftState != etcdraft.StateLeader {
 		g.logger.Info("lost leadership", "term", g.term, "leader", ss.Lead)
-		g.failDups(fmt.Errorf("%s: %w: leadership lost", g.key, ErrOutcomeUnknown))
+		g.failDups(fmt.Errorf("%s: leadership lost: %w", g.key, ErrOutcomeUnknown))
 		for _, c := range g.confirms {
 			c.p.reply(proposalResult{err: &NotLeaderError{Topic: g.key.topic, Partition: g.key.part, Leader: ss.Lead}})
 		}
@@ -755,7 +755,7 @@ func (g *group) installSnapshot(s *pb.Snapshot) error {
 	g.pmu.Lock()
 	for i, p := range g.pending {
 		delete(g.pending, i)
-		p.reply(proposalResult{err: fmt.Errorf("%s: %w: replaced by a snapshot", g.key, ErrOutcomeUnknown)})
+		p.reply(proposalResult{err: fmt.Errorf("%s: replaced by a snapshot: %w", g.key, ErrOutcomeUnknown)})
 	}
 	g.pmu.Unlock()
 	if g.replay != nil {
@@ -778,7 +778,7 @@ func (g *group) entriesRemovedAfter(idx uint64) {
 	for i, p := range g.pending {
 		if i > idx {
 			delete(g.pending, i)
-			p.reply(proposalResult{err: fmt.Errorf("%s: %w (index %d)", g.key, ErrLost, i)})
+			p.reply(proposalResult{err: fmt.Errorf("%s: index %d: %w", g.key, i, ErrLost)})
 		}
 	}
 }
@@ -871,7 +871,7 @@ func (g *group) applyCommitted(ents []*pb.Entry) error {
 		}
 		delete(g.pending, e.GetIndex())
 		if e.GetTerm() != p.term || !p.placed {
-			p.reply(proposalResult{err: fmt.Errorf("%s: %w (index %d)", g.key, ErrLost, e.GetIndex())})
+			p.reply(proposalResult{err: fmt.Errorf("%s: index %d: %w", g.key, e.GetIndex(), ErrLost)})
 			continue
 		}
 		p.reply(proposalResult{term: p.term, res: wal.AppendResult{
@@ -1087,7 +1087,7 @@ func (g *group) updateStatus() {
 func (g *group) fail(err error) error {
 	g.mu.Lock()
 	if g.failed == nil {
-		g.failed = fmt.Errorf("%s: %w: %w", g.key, ErrGroupFailed, err)
+		g.failed = fmt.Errorf("%s: %w: %w", g.key, err, ErrGroupFailed)
 		g.status.Role = "failed"
 		g.status.Error = err.Error()
 		g.status.Serving = false
@@ -1109,7 +1109,7 @@ func (g *group) failWaiting(err error) {
 	g.pmu.Lock()
 	for i, p := range g.pending {
 		delete(g.pending, i)
-		p.reply(proposalResult{err: fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)})
+		p.reply(proposalResult{err: fmt.Errorf("%w: %w", err, ErrOutcomeUnknown)})
 	}
 	g.pmu.Unlock()
 	for _, p := range append(g.deferred, g.taken...) {
@@ -1175,9 +1175,9 @@ func (g *group) submit(ctx context.Context, p *proposal) (proposalResult, error)
 			return r, r.err
 		default:
 		}
-		return proposalResult{}, fmt.Errorf("append to %s: %w: replica stopped", g.key, ErrOutcomeUnknown)
+		return proposalResult{}, fmt.Errorf("append to %s: replica stopped: %w", g.key, ErrOutcomeUnknown)
 	case <-ctx.Done():
-		return proposalResult{}, fmt.Errorf("append to %s: %w: %w", g.key, ErrOutcomeUnknown, ctx.Err())
+		return proposalResult{}, fmt.Errorf("append to %s: %w: %w", g.key, ctx.Err(), ErrOutcomeUnknown)
 	}
 }
 

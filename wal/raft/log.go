@@ -334,7 +334,7 @@ func (l *Log) partition(ctx context.Context, name string, part int32) (*topicMet
 		return nil, err
 	}
 	if part < 0 || int(part) >= len(tm.replicas) {
-		return nil, fmt.Errorf("%s-%d: %w (topic has %d)", name, part, wal.ErrUnknownPartition, len(tm.replicas))
+		return nil, fmt.Errorf("%s-%d (topic has %d): %w", name, part, len(tm.replicas), wal.ErrUnknownPartition)
 	}
 	return tm, nil
 }
@@ -354,7 +354,7 @@ func (l *Log) route(ctx context.Context, key groupKey, replicas []uint64, local 
 			if lastErr == nil {
 				lastErr = &NotLeaderError{Topic: key.topic, Partition: key.part}
 			}
-			return fmt.Errorf("%s: %w (%v)", key, lastErr, err)
+			return fmt.Errorf("%s: %v: %w", key, err, lastErr)
 		}
 		target := hint
 		if target == 0 {
@@ -449,7 +449,7 @@ func (l *Log) AppendInfo(ctx context.Context, topic string, part int32, recs []w
 	if tm.cfg.Compact {
 		for i := range recs {
 			if recs[i].Key == nil {
-				return wal.AppendResult{}, AppendInfo{}, fmt.Errorf("append to %s-%d: %w: record %d has a null key on a compacted topic", topic, part, wal.ErrInvalidRecord, i)
+				return wal.AppendResult{}, AppendInfo{}, fmt.Errorf("append to %s-%d: record %d has a null key on a compacted topic: %w", topic, part, i, wal.ErrInvalidRecord)
 			}
 		}
 	}
@@ -461,7 +461,7 @@ func (l *Log) AppendInfo(ctx context.Context, topic string, part int32, recs []w
 		return wal.AppendResult{}, AppendInfo{}, fmt.Errorf("append to %s-%d: %w", topic, part, err)
 	}
 	if b.Size() > int(tm.cfg.MaxMessageBytes) {
-		return wal.AppendResult{}, AppendInfo{}, fmt.Errorf("append to %s-%d: %w: %d bytes > %d", topic, part, wal.ErrRecordTooLarge, b.Size(), tm.cfg.MaxMessageBytes)
+		return wal.AppendResult{}, AppendInfo{}, fmt.Errorf("append to %s-%d: %d bytes > %d: %w", topic, part, b.Size(), tm.cfg.MaxMessageBytes, wal.ErrRecordTooLarge)
 	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
@@ -497,7 +497,7 @@ func (l *Log) appendBatch(ctx context.Context, key groupKey, replicas []uint64, 
 		e.bytes(b.Bytes())
 		body, err := l.tr.call(ctx, node, opAppend, e.b)
 		if errors.Is(err, errConnLost) {
-			return fmt.Errorf("append to %s at node %d: %w: %w", key, node, ErrOutcomeUnknown, err)
+			return fmt.Errorf("append to %s at node %d: %w: %w", key, node, err, ErrOutcomeUnknown)
 		}
 		if err != nil {
 			return err

@@ -130,7 +130,7 @@ func (l *Log) leaderGroup(ctx context.Context, topic string, part int32) (*group
 	}
 	g := l.group(groupKey{topic, part})
 	if g == nil {
-		return nil, fmt.Errorf("%s-%d: %w (node %d)", topic, part, ErrNotReplica, l.self)
+		return nil, fmt.Errorf("%s-%d at node %d: %w", topic, part, l.self, ErrNotReplica)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
@@ -162,7 +162,7 @@ func (l *Log) request(ctx context.Context, from uint64, op uint8, body []byte) (
 			return nil, err
 		}
 		if len(raw) > int(tm.cfg.MaxMessageBytes) {
-			return nil, fmt.Errorf("append to %s-%d: %w: %d bytes > %d", topic, part, wal.ErrRecordTooLarge, len(raw), tm.cfg.MaxMessageBytes)
+			return nil, fmt.Errorf("append to %s-%d: %d bytes > %d: %w", topic, part, len(raw), tm.cfg.MaxMessageBytes, wal.ErrRecordTooLarge)
 		}
 		b, err := wal.ParsePreparedBatch(raw)
 		if err != nil {

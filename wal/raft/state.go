@@ -248,7 +248,7 @@ func (s *producerIDs) fenced(id int64, epoch int16) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if cur, ok := s.epochs[id]; ok && epoch < cur {
-		return fmt.Errorf("%w: epoch %d, current %d", wal.ErrProducerFenced, epoch, cur)
+		return fmt.Errorf("epoch %d, current %d: %w", epoch, cur, wal.ErrProducerFenced)
 	}
 	return nil
 }

@@ -93,7 +93,7 @@ func (c *conn) close(err error) {
 		c.nc.Close()
 		c.callsMu.Lock()
 		for id, ch := range c.calls {
-			ch <- callResult{err: fmt.Errorf("%w: %v", errConnLost, err)}
+			ch <- callResult{err: fmt.Errorf("%v: %w", err, errConnLost)}
 			delete(c.calls, id)
 		}
 		c.callsMu.Unlock()
@@ -129,7 +129,7 @@ func (c *conn) sendCtx(ctx context.Context, f []byte) error {
 	case c.out <- f:
 		return nil
 	case <-c.closed:
-		return fmt.Errorf("%w: %v", errUnreachable, c.err)
+		return fmt.Errorf("%v: %w", c.err, errUnreachable)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -192,7 +192,7 @@ func (c *conn) call(ctx context.Context, op uint8, body []byte) ([]byte, error) 
 	select {
 	case <-c.closed:
 		c.callsMu.Unlock()
-		return nil, fmt.Errorf("%w: %v", errUnreachable, c.err)
+		return nil, fmt.Errorf("%v: %w", c.err, errUnreachable)
 	default:
 	}
 	c.nextID++
@@ -216,7 +216,7 @@ func (c *conn) call(ctx context.Context, op uint8, body []byte) ([]byte, error) 
 		c.callsMu.Lock()
 		delete(c.calls, id)
 		c.callsMu.Unlock()
-		return nil, fmt.Errorf("%w: %w", errConnLost, ctx.Err())
+		return nil, fmt.Errorf("%w: %w", ctx.Err(), errConnLost)
 	}
 }
 
@@ -607,11 +607,11 @@ func (t *transport) send(key groupKey, msgs []*pb.Message) []uint64 {
 func (t *transport) call(ctx context.Context, node uint64, op uint8, body []byte) ([]byte, error) {
 	p := t.peers[node]
 	if p == nil {
-		return nil, fmt.Errorf("%w: node %d is not in the cluster", errUnreachable, node)
+		return nil, fmt.Errorf("node %d is not in the cluster: %w", node, errUnreachable)
 	}
 	c := p.current()
 	if c == nil {
-		return nil, fmt.Errorf("%w: node %d", errUnreachable, node)
+		return nil, fmt.Errorf("node %d: %w", node, errUnreachable)
 	}
 	return c.call(ctx, op, body)
 }
