@@ -645,8 +645,16 @@ func (s *Source) emitWindow(ctx context.Context, w *snapshot.Window) (connect.Ba
 			return connect.Batch{}, err
 		}
 		after, _, key := t.imageKey()
+		version := pglogrepl.LSN(w.High)
+		for _, p := range em.Partials(string(kb)) {
+			// updates the read did not see, whose events lack unchanged TOAST values
+			for _, f := range p.Image.(connect.Row) {
+				after = after.Set(f.Name, f.Value)
+			}
+			version = max(version, pglogrepl.LSN(p.Version))
+		}
 		s.st.events.Add(1)
-		recs = append(recs, s.record(t, &event{op: connect.OpRead, after: after, key: key, commit: rd.readAt, version: pglogrepl.LSN(w.High), source: src, pos: em.Next()}))
+		recs = append(recs, s.record(t, &event{op: connect.OpRead, after: after, key: key, commit: rd.readAt, version: version, source: src, pos: em.Next()}))
 	}
 	s.st.addRows(task.Table, int64(len(rd.rows)))
 	notes, end := em.Done(len(rd.rows), rd.last, rd.exhausted)
@@ -703,10 +711,27 @@ func (s *Source) incrStep(ctx context.Context, recs *[]connect.Record) (b connec
 	}
 }
 
-// touch reports a decoded tuple's chunk key to the engine when a window of its table is open.
+// touch reports a tuple's chunk key to the engine when a window of its table is open.
 func (s *Source) touch(t *table, cols []tupleCol) {
+	if key, ok := s.touchKey(t, cols); ok {
+		tx := &s.stream.tx
+		s.incr.Touch(t.id, key, snapshot.Mark(tx.commit), uint64(tx.xid))
+	}
+}
+
+// touchPartial reports an update whose new tuple lacks unchanged TOAST values, with the image
+// it has: the chunk row gets it applied instead of being dropped.
+func (s *Source) touchPartial(t *table, cols []tupleCol, image connect.Row) {
+	if key, ok := s.touchKey(t, cols); ok {
+		tx := &s.stream.tx
+		s.incr.TouchPartial(t.id, key, snapshot.Mark(tx.commit), uint64(tx.xid), snapshot.Partial{Image: image, Version: int64(tx.commit)})
+	}
+}
+
+// touchKey is the de-duplication key of a tuple of a watched table.
+func (s *Source) touchKey(t *table, cols []tupleCol) (string, bool) {
 	if !s.incr.Watching(t.id) {
-		return
+		return "", false
 	}
 	names := s.incrKeyNames(t.id)
 	if !sameNames(t.incrKeyNames, names) {
@@ -718,12 +743,12 @@ func (s *Source) touch(t *table, cols []tupleCol) {
 	buf := s.keyBuf[:0]
 	for _, i := range t.incrKey {
 		if i < 0 || i >= len(cols) {
-			return
+			return "", false
 		}
 		c := &cols[i]
 		if c.kind != 't' {
 			if c.kind == 'u' {
-				return // an unchanged TOAST key value: the key is not known here
+				return "", false // an unchanged TOAST key value: the key is not known here
 			}
 			buf = append(buf, 0xFF)
 			continue
@@ -732,8 +757,7 @@ func (s *Source) touch(t *table, cols []tupleCol) {
 		buf = append(buf, c.data...)
 	}
 	s.keyBuf = buf
-	tx := &s.stream.tx
-	s.incr.Touch(t.id, string(buf), snapshot.Mark(tx.commit), uint64(tx.xid))
+	return string(buf), true
 }
 
 // incrKeyNames is the chunk key of the open window of a table.

@@ -499,11 +499,15 @@ func (s *Source) changeRow(ctx context.Context, rc *rowChange, lsn pglogrepl.LSN
 		if err := checkTuple(t, rc.new); err != nil {
 			return err
 		}
-		s.touch(t, rc.new)
 		if err := t.decode(tupleGetter(rc.new)); err != nil {
 			return err
 		}
 		after, unchanged, key := t.imageKey()
+		if len(unchanged) > 0 {
+			s.touchPartial(t, rc.new, after)
+		} else {
+			s.touch(t, rc.new)
+		}
 		s.emit(recs, t, 0, &event{op: connect.OpCreate, after: after, unchanged: unchanged, key: key, lsn: lsn})
 	case msgUpdate:
 		var before, oldKey connect.Row
@@ -523,11 +527,15 @@ func (s *Source) changeRow(ctx context.Context, rc *rowChange, lsn pglogrepl.LSN
 		if err := checkTuple(t, rc.new); err != nil {
 			return err
 		}
-		s.touch(t, rc.new)
 		if err := t.decode(tupleGetter(rc.new)); err != nil {
 			return err
 		}
 		after, unchanged, key := t.imageKey()
+		if len(unchanged) > 0 {
+			s.touchPartial(t, rc.new, after)
+		} else {
+			s.touch(t, rc.new)
+		}
 		if oldRaw != nil && t.key != nil && !sameKey(oldRaw, rawKey(t, rc.new)) {
 			// a new primary key: Debezium's delete of the old key, its tombstone, then a create
 			s.emit(recs, t, 0, &event{op: connect.OpDelete, before: before, key: oldKey, lsn: lsn})

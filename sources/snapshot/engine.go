@@ -486,10 +486,46 @@ func (e *Engine) Touch(table, key string, mark Mark, txid uint64) {
 		return
 	}
 	if w.touched == nil {
-		w.touched = map[string]struct{}{}
+		w.touched = map[string]*touch{}
 	}
-	w.touched[key] = struct{}{}
+	w.touched[key] = dropped
 }
+
+// Partial is a change whose event carried only part of the row (PostgreSQL's unchanged TOAST
+// values): the source's image of the columns it has, and the change's version.
+type Partial struct {
+	Image   any
+	Version int64
+}
+
+// TouchPartial reports an update of a watched table whose event lacks some columns. If the
+// window's read may not include it, the chunk row is not dropped (the stream's event alone
+// would leave the missing columns unknown to the views) but emitted with the partial images
+// applied in order (Emission.Partials), at a version not below theirs. A full change of the
+// row in the window drops it as Touch does.
+func (e *Engine) TouchPartial(table, key string, mark Mark, txid uint64, p Partial) {
+	w := e.watch[table]
+	if w == nil || !w.misses(mark, txid) {
+		return
+	}
+	if w.touched == nil {
+		w.touched = map[string]*touch{}
+	}
+	t := w.touched[key]
+	if t == dropped {
+		return
+	}
+	if t == nil {
+		t = &touch{}
+		w.touched[key] = t
+	}
+	t.partials = append(t.partials, p)
+}
+
+// touch is what the stream did to a row of a window: dropped, or partial updates to apply.
+type touch struct{ partials []Partial }
+
+var dropped = &touch{}
 
 // TouchAll reports a change of every row of a watched table (a truncate): the window's rows
 // are all dropped if its read may not include it.
@@ -547,7 +583,7 @@ type Window struct {
 	Data any
 
 	chunk   uint64
-	touched map[string]struct{}
+	touched map[string]*touch
 	void    bool
 }
 
@@ -663,8 +699,15 @@ func (em *Emission) Keep(key string) bool {
 	if em.w.void {
 		return false
 	}
-	_, touched := em.w.touched[key]
-	return !touched
+	return em.w.touched[key] != dropped
+}
+
+// Partials returns the partial images to apply to a kept row, in stream order (nil: none).
+func (em *Emission) Partials(key string) []Partial {
+	if t := em.w.touched[key]; t != nil && t != dropped {
+		return t.partials
+	}
+	return nil
 }
 
 // Next returns the Position of the next emitted record (an Order; no State).
