@@ -4,8 +4,15 @@
 // Open checks the server (binlog on, ROW format, FULL row image and metadata, grants, server id;
 // see preflight.go) and then, as the stored position and snapshot.mode say, starts or resumes
 // the snapshot (snapshot.go) or the binlog stream (stream.go). Read returns bounded batches:
-// snapshot rows in chunks of snapshot.fetch.size, binlog row changes at most max.batch.size at
-// a time, a large transaction spread over several batches.
+// snapshot rows read in chunks of snapshot.fetch.size, at most max.batch.size records at a time,
+// a large transaction spread over several batches.
+//
+// Records are made ahead of Read, by goroutines that Open starts and Close stops: while
+// streaming, go-mysql's binlog reader, which also decodes row images straight into record
+// values (decode.go), and a producer that builds the batches (stream.go); during a snapshot, a
+// fetcher running the chunk queries and converters building the batches (snapread.go). Records
+// are cut from slabs a batch at a time (record.go, box.go), so that a record costs a few
+// allocations per hundred records rather than a dozen of its own.
 //
 // # Records
 //

@@ -9,11 +9,12 @@ import (
 )
 
 // Building records cheaply. Both paths emit one record per row change, so what a record costs
-// beyond decoding its row decides the throughput: the envelope, the source block, the key and
-// the row images of a record share one allocation (block), the source block is copied from a
-// template made once per transaction (binlog) or shared by all rows of a table (snapshot),
-// values boxed in every record (op, ts_ms, small numbers) are boxed once, and the Orders and
-// States of positions are cut from large byte chunks (posArena) instead of one allocation each.
+// beyond decoding its row decides the throughput. The envelope, the row images and the key of a
+// record are cut from a slab of fields (fieldArena), its values and rows are boxed into slabs
+// (boxer), the Orders and States of positions are cut from large byte chunks (posArena), the
+// source block is shared: by the records of one transaction, table and row number in the event
+// (binlog) or of one table (snapshot), and values every record repeats (op, ts_ms, small
+// numbers) are boxed once.
 
 // Indexes of the source block's fields (Debezium's order, see sourceBlock).
 const (

@@ -27,7 +27,9 @@ import (
 //
 // Tables are read one after the other in primary-key order, in chunks of snapshot.fetch.size
 // rows (keyset pagination: WHERE key > last ORDER BY key LIMIT n), so no table is ever held in
-// memory. Each row's Position records the key it was read up to, so a killed snapshot resumes
+// memory. Chunks of tables keyed by integers (and of tables without a key) are plain queries
+// with the last key written in (the text protocol, cheaper to decode); others are prepared
+// statements. snapread.go runs the queries and builds the records in goroutines of their own. Each row's Position records the key it was read up to, so a killed snapshot resumes
 // in a new transaction right after the last row the log holds. Rows read by the new transaction
 // reflect a later point than the first; streaming still starts at the plan's (first) point, so
 // every change after it is replayed, and row versions keep sinks from going backwards.
