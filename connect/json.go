@@ -1,11 +1,13 @@
 package connect
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf16"
@@ -267,7 +269,39 @@ func (e *SyntaxError) Error() string {
 // allocates in slabs: the text of all strings of one call lives in one buffer, the fields of all
 // Rows in one slice, and object keys are interned.
 func ParseJSON(b []byte) (any, error) {
-	p := parser{buf: b}
+	sc, _ := scratchPool.Get().(*parseScratch)
+	if sc == nil {
+		sc = &parseScratch{}
+	}
+	p := parser{buf: b, stack: sc.stack[:0], scratch: sc.scratch[:0]}
+	p.sizeSlabs()
+	v, err := p.parseAll()
+	if cap(p.stack) <= 1024 && cap(p.scratch) <= 64<<10 {
+		clear(p.stack[:cap(p.stack)])
+		sc.stack, sc.scratch = p.stack[:0], p.scratch[:0]
+		scratchPool.Put(sc)
+	}
+	return v, err
+}
+
+// JSONDecoder parses many JSON values, like ParseJSON, sharing allocation slabs between them:
+// decoding a chunk of records costs a few allocations in all instead of a dozen per record.
+// The price is that a decoded value keeps the slabs of its neighbours alive, so use one
+// decoder per bounded group of values that live about as long as each other (a fetched
+// chunk), then drop it. A JSONDecoder is not safe for concurrent use.
+type JSONDecoder struct {
+	p parser
+}
+
+// Decode parses one JSON value; see ParseJSON. The result shares no memory with b.
+func (d *JSONDecoder) Decode(b []byte) (any, error) {
+	d.p.buf, d.p.pos, d.p.shared = b, 0, true
+	v, err := d.p.parseAll()
+	d.p.buf = nil
+	return v, err
+}
+
+func (p *parser) parseAll() (any, error) {
 	p.skipSpace()
 	v, err := p.value(0)
 	if err != nil {
@@ -278,6 +312,29 @@ func ParseJSON(b []byte) (any, error) {
 		return nil, p.errorf("unexpected %q after the value", p.buf[p.pos])
 	}
 	return v, nil
+}
+
+// parseScratch is the reusable part of a parser (nothing in it is returned to callers).
+type parseScratch struct {
+	stack   []Field
+	scratch []byte
+}
+
+var scratchPool sync.Pool
+
+// sizeSlabs sizes the field and row slabs of a one-value parse exactly, from a count of the
+// input's colons and braces (an upper bound of fields and objects), so a record's rows cost
+// one allocation each for fields and row headers.
+func (p *parser) sizeSlabs() {
+	if len(p.buf) > 4096 {
+		return
+	}
+	colons := bytes.Count(p.buf, []byte{':'})
+	p.fieldSlab = make([]Field, 0, colons)
+	p.rows = make([]Row, 0, bytes.Count(p.buf, []byte{'{'}))
+	if n := bytes.Count(p.buf, []byte{'"'})/2 - colons; n > 0 {
+		p.strs = make([]string, 0, n)
+	}
 }
 
 type parser struct {
@@ -291,11 +348,16 @@ type parser struct {
 	text []byte
 	// scratch collects an escaped string before it is cut from text.
 	scratch []byte
+	// shared: the slabs serve many values (JSONDecoder), so new ones are made large.
+	shared bool
 	// Slabs that scalar and row values are boxed from (see box).
 	strs   []string
 	ints   []int64
 	floats []float64
 	rows   []Row
+	// anySlab holds array elements; arrs the array headers.
+	anySlab []any
+	arrs    [][]any
 }
 
 func (p *parser) errorf(format string, args ...any) error {
@@ -360,7 +422,11 @@ func (p *parser) cut(b []byte) string {
 	if cap(p.text)-len(p.text) < len(b) {
 		// one arena for the rest of the input; strings never grow when unescaped except for
 		// invalid UTF-8 (1 byte becomes 3), which the max covers
-		p.text = make([]byte, 0, max(len(p.buf)-p.pos+len(b), 2*len(b), 64))
+		size := max(len(p.buf)-p.pos+len(b), 2*len(b), 64)
+		if p.shared {
+			size = max(size, 16<<10)
+		}
+		p.text = make([]byte, 0, size)
 	}
 	start := len(p.text)
 	p.text = append(p.text, b...)
@@ -463,7 +529,11 @@ func (p *parser) finishRow(base int) Row {
 	}
 	n := len(fields)
 	if cap(p.fieldSlab)-len(p.fieldSlab) < n {
-		p.fieldSlab = make([]Field, 0, max(n, 32, len(p.buf)/32))
+		size := max(n, min(32, len(p.buf)/8), len(p.buf)/32)
+		if p.shared {
+			size = max(size, 512)
+		}
+		p.fieldSlab = make([]Field, 0, size)
 	}
 	start := len(p.fieldSlab)
 	p.fieldSlab = append(p.fieldSlab, fields...)
@@ -488,12 +558,12 @@ func dedupeFields(fields []Field) []Field {
 }
 
 func (p *parser) array(depth int) (any, error) {
-	p.pos++ // [
-	arr := []any{}
+	p.pos++              // [
+	base := len(p.stack) // elements wait on the field stack (unnamed) until the array ends
 	p.skipSpace()
 	if p.pos < len(p.buf) && p.buf[p.pos] == ']' {
 		p.pos++
-		return arr, nil
+		return []any{}, nil
 	}
 	for {
 		p.skipSpace()
@@ -501,7 +571,7 @@ func (p *parser) array(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		arr = append(arr, v)
+		p.stack = append(p.stack, Field{Value: v})
 		p.skipSpace()
 		if p.pos >= len(p.buf) {
 			return nil, p.errorf("unexpected end of input in array")
@@ -511,11 +581,31 @@ func (p *parser) array(depth int) (any, error) {
 			p.pos++
 		case ']':
 			p.pos++
-			return arr, nil
+			return p.finishArray(base), nil
 		default:
 			return nil, p.errorf("want ',' or ']' in array, got %q", p.buf[p.pos])
 		}
 	}
+}
+
+// finishArray moves the elements above base off the stack into an array cut from a slab.
+func (p *parser) finishArray(base int) any {
+	elems := p.stack[base:]
+	n := len(elems)
+	if cap(p.anySlab)-len(p.anySlab) < n {
+		p.anySlab = make([]any, 0, max(n, p.slabSize()))
+	}
+	start := len(p.anySlab)
+	for _, e := range elems {
+		p.anySlab = append(p.anySlab, e.Value)
+	}
+	clear(elems)
+	p.stack = p.stack[:base]
+	if len(p.arrs) == cap(p.arrs) {
+		p.arrs = make([][]any, 0, max(p.slabSize()/8, 4))
+	}
+	p.arrs = append(p.arrs, p.anySlab[start:start+n:start+n])
+	return box(typArray, unsafe.Pointer(&p.arrs[len(p.arrs)-1]))
 }
 
 // str reads a string token and returns its unescaped bytes, valid only until the next call
@@ -731,6 +821,7 @@ var (
 	typInt64   = typeWord(int64(0))
 	typFloat64 = typeWord(float64(0))
 	typRow     = typeWord(Row(nil))
+	typArray   = typeWord([]any(nil))
 )
 
 func box(typ, data unsafe.Pointer) (v any) {
@@ -740,7 +831,12 @@ func box(typ, data unsafe.Pointer) (v any) {
 }
 
 // slabSize is how many values a new slab holds: enough for a typical record in one allocation.
-func (p *parser) slabSize() int { return min(max(len(p.buf)/24, 8), 1024) }
+func (p *parser) slabSize() int {
+	if p.shared {
+		return 512
+	}
+	return min(max(len(p.buf)/24, 8), 1024)
+}
 
 func (p *parser) boxString(s string) any {
 	if len(p.strs) == cap(p.strs) {

@@ -217,3 +217,58 @@ func TestParseJSONHugeObjectDuplicates(t *testing.T) {
 		t.Fatalf("got %d fields, first %v, last %v", len(row), row[0], row[len(row)-1])
 	}
 }
+
+// A JSONDecoder decodes exactly what ParseJSON decodes, and its shared slabs keep every
+// earlier value intact while later ones are decoded and the collector runs.
+func TestJSONDecoder(t *testing.T) {
+	var d JSONDecoder
+	var want, got []any
+	for i := 0; i < 3000; i++ {
+		ev := ChangeEvent{Op: OpUpdate, Before: customer(int64(i)*7919, fmt.Sprintf("d%d@x.org", i)), After: customer(int64(i), "ü\t"), Source: postgresSource("false", int64(i)<<24), TsMs: int64(i)}
+		b, err := ev.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := d.Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, _ := ParseJSON(b)
+		if diff := cmp.Diff(ref, v); diff != "" {
+			t.Fatalf("value %d differs from ParseJSON (-ParseJSON +Decode):\n%s", i, diff)
+		}
+		clear(b)
+		want, got = append(want, ev.Row()), append(got, v)
+		if i%500 == 0 {
+			runtime.GC()
+		}
+	}
+	if _, err := d.Decode([]byte(`{"a":`)); err == nil {
+		t.Fatal("truncated input decoded")
+	}
+	if v, err := d.Decode([]byte(`{"after":"ok"}`)); err != nil || cmp.Diff(any(Row{{"after", "ok"}}), v) != "" {
+		t.Fatalf("decoder unusable after an error: %v %v", v, err)
+	}
+	runtime.GC()
+	for i := range want {
+		if diff := cmp.Diff(want[i], got[i]); diff != "" {
+			t.Fatalf("event %d changed (-want +got):\n%s", i, diff)
+		}
+	}
+}
+
+func BenchmarkJSONDecoder(b *testing.B) {
+	ev := ChangeEvent{Op: OpUpdate, Before: customer(1, "a@b.c"), After: customer(1, "d@e.f"), Source: mysqlSource("false", 1, 2)}
+	data, _ := ev.MarshalJSON()
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	var d JSONDecoder
+	for i := 0; i < b.N; i++ {
+		if i%128 == 0 {
+			d = JSONDecoder{} // one decoder per fetched chunk, as the runtime uses it
+		}
+		if _, err := d.Decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
