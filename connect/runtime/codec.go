@@ -84,16 +84,26 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // DecodeRecord turns a stored record back into a connect.Record of topic/partition. Header
 // values are copied, so the result does not alias lr.
 func DecodeRecord(topic string, partition int32, lr *LogRecord) (connect.Record, error) {
+	return decodeRecord(nil, topic, partition, lr)
+}
+
+// decodeRecord is DecodeRecord through dec, whose slabs the record then shares with the other
+// records dec decoded (nil: ParseJSON, nothing shared).
+func decodeRecord(dec *connect.JSONDecoder, topic string, partition int32, lr *LogRecord) (connect.Record, error) {
+	parse := connect.ParseJSON
+	if dec != nil {
+		parse = dec.Decode
+	}
 	r := connect.Record{Topic: topic, Partition: partition, Offset: lr.Offset, Timestamp: lr.Timestamp}
 	if lr.Key != nil {
-		k, err := connect.ParseJSON(lr.Key)
+		k, err := parse(lr.Key)
 		if err != nil {
 			return r, &DecodeError{Stage: stageKeyConverter, Err: fmt.Errorf("decode key: %w", err)}
 		}
 		r.Key = k
 	}
 	if lr.Value != nil {
-		v, err := connect.ParseJSON(lr.Value)
+		v, err := parse(lr.Value)
 		if err != nil {
 			return r, &DecodeError{Stage: stageValueConverter, Err: fmt.Errorf("decode value: %w", err)}
 		}

@@ -266,9 +266,11 @@ func (t *sinkTask) fetch(ctx context.Context, tp TopicPartition, next int64, out
 func (t *sinkTask) prepare(c *chunk) {
 	tp, recs := c.tp, c.recs
 	c.alloc(len(recs))
+	// one decoder per chunk: its records share allocation slabs and are released together
+	var dec connect.JSONDecoder
 	for i := range recs {
 		d := &c.out[i]
-		rec, err := DecodeRecord(tp.Topic, tp.Partition, &recs[i])
+		rec, err := decodeRecord(&dec, tp.Topic, tp.Partition, &recs[i])
 		if err != nil {
 			var de *DecodeError
 			d.stage, d.class, d.err = stageValueConverter, "json", err
