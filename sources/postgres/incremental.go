@@ -254,6 +254,7 @@ func (s *Source) incrConn(ctx context.Context, i int) (*pgx.Conn, error) {
 
 // closeIncr releases the snapshot connections and drops the open windows.
 func (s *Source) closeIncr(ctx context.Context) {
+	s.dropPrefetch()
 	s.incr.Reset()
 	for i, c := range s.incrConns {
 		if c != nil {
@@ -495,6 +496,11 @@ func (s *Source) openWindows(ctx context.Context, tasks []*snapshot.Task) error 
 		}()
 	}
 	wg.Wait()
+	return s.register(ctx, results)
+}
+
+// register hands the windows of finished reads to the engine.
+func (s *Source) register(ctx context.Context, results []openResult) error {
 	for _, r := range results {
 		if r.err != nil {
 			for _, x := range results {
@@ -522,6 +528,78 @@ func (s *Source) openWindows(ctx context.Context, tasks []*snapshot.Task) error 
 		s.incr.Opened(&snapshot.Window{Task: r.task, Low: snapshot.Mark(r.low), High: snapshot.Mark(r.high), Invisible: snap.invisible, Data: r.read})
 	}
 	return nil
+}
+
+// prefetch is a read of the next chunks started while the last chunk was emitted.
+type prefetch struct {
+	tasks   []*snapshot.Task
+	results []openResult
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// startPrefetch reads the next chunks in the background when the engine knows them: their
+// queries run on the server while this chunk's records are built and appended. The stream
+// is not processed until finishPrefetch registered them.
+func (s *Source) startPrefetch(ctx context.Context) error {
+	tasks := s.incr.Prefetch()
+	if len(tasks) == 0 {
+		return nil
+	}
+	models := make([]*incrModel, len(tasks))
+	conns := make([]*pgx.Conn, len(tasks))
+	for i, task := range tasks {
+		m, err := s.model(ctx, task)
+		if err != nil {
+			return nil // the next Begin opens it, and reports what is wrong
+		}
+		c, err := s.incrConn(ctx, i)
+		if err != nil {
+			return err
+		}
+		models[i], conns[i] = m, c
+	}
+	pctx, cancel := context.WithCancel(context.Background())
+	pf := &prefetch{tasks: tasks, results: make([]openResult, len(tasks)), cancel: cancel, done: make(chan struct{})}
+	s.prefetch = pf
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(pf.done)
+		var wg sync.WaitGroup
+		for i := range tasks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pf.results[i] = s.openWindow(pctx, conns[i], models[i], tasks[i])
+			}()
+		}
+		wg.Wait()
+	}()
+	return nil
+}
+
+// finishPrefetch waits for the read started by startPrefetch and registers its windows. A
+// cancelled ctx leaves it for the next Read.
+func (s *Source) finishPrefetch(ctx context.Context) error {
+	pf := s.prefetch
+	select {
+	case <-pf.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.prefetch = nil
+	pf.cancel()
+	return s.register(ctx, pf.results)
+}
+
+// dropPrefetch abandons a read ahead (the connection is lost or the source closes).
+func (s *Source) dropPrefetch() {
+	if pf := s.prefetch; pf != nil {
+		pf.cancel()
+		<-pf.done
+		s.prefetch = nil
+	}
 }
 
 // openWindow runs the queries of one window on c (see the comment at the top).
@@ -660,6 +738,11 @@ func (s *Source) emitWindow(ctx context.Context, w *snapshot.Window) (connect.Ba
 	notes, end := em.Done(len(rd.rows), rd.last, rd.exhausted)
 	recs = append(recs, notes...)
 	rd.rows = nil
+	if !w.Blocking() {
+		if err := s.startPrefetch(ctx); err != nil {
+			return connect.Batch{}, err
+		}
+	}
 	s.engineOrder = end
 	return connect.Batch{Records: recs, Position: connect.Position{Order: end, State: s.stateOf(s.cur)}}, nil
 }

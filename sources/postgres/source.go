@@ -65,6 +65,7 @@ type Source struct {
 	engineOrder []byte        // Order of the last record or batch the engine made
 	keyBuf      []byte        // scratch of touch
 	wantWALEnd  pglogrepl.LSN // a position watermark the stream must reach
+	prefetch    *prefetch     // the next chunks, read while the last was emitted
 	freshSnap   bool          // start began a snapshot from scratch
 
 	// boxed once for the records

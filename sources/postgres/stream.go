@@ -126,6 +126,12 @@ func (s *Source) readStream(ctx context.Context) (connect.Batch, error) {
 			idle.Stop()
 		}
 	}()
+	if s.prefetch != nil {
+		// chunks read ahead: registered before the stream goes on
+		if err := s.finishPrefetch(ctx); err != nil {
+			return connect.Batch{}, err
+		}
+	}
 	for len(recs) < s.set.maxBatch {
 		if st.replay != nil {
 			if err := s.replayNext(ctx, &recs); err != nil {

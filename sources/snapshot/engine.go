@@ -652,6 +652,27 @@ func (e *Engine) Begin(base []byte, frontier Mark) Step {
 	return Step{Kind: StepOpen, Tasks: tasks}
 }
 
+// Prefetch returns the tasks whose next chunks the next Begin would read, when nothing would
+// come first (no window open, no command or notification waiting, not paused or throttled):
+// the source may read them now, while it emits the last chunk, provided it registers them with
+// Opened before it processes any further transaction of the stream. nil: nothing to read ahead.
+func (e *Engine) Prefetch() []*Task {
+	if len(e.windows) > 0 || len(e.inline) > 0 || len(e.notes) > 0 || e.hasPending.Load() || e.st.Paused || len(e.st.Tables) == 0 {
+		return nil
+	}
+	if _, d := e.throttle(); d > 0 {
+		return nil
+	}
+	var tasks []*Task
+	for _, t := range e.st.Tables {
+		if t.Type != TypeIncremental || len(tasks) == e.set.Parallel {
+			break
+		}
+		tasks = append(tasks, t)
+	}
+	return tasks
+}
+
 // Opened registers the window the source opened for a task (of the last StepOpen). A task
 // the source could not open (it retries) simply gets no window; its table comes again.
 func (e *Engine) Opened(w *Window) {
