@@ -198,9 +198,13 @@ func (n *node) start() {
 	go func() { cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
+		// The task is RUNNING before its source has opened; the snapshot API answers 409
+		// ("starting, retry in a moment") until it has, so the node is up once it answers 200.
 		code, body, err := n.call("GET", "/connectors/src/status", "")
 		if err == nil && code == 200 && strings.Contains(string(body), `"tasks":[{"id":0,"state":"RUNNING"`) {
-			return
+			if code, _, err := n.call("GET", "/connectors/src/snapshots", ""); err == nil && code == 200 {
+				return
+			}
 		}
 		if n.class == "" {
 			if code, _, err := n.call("GET", "/health", ""); err == nil && code == 200 {
