@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -219,6 +220,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 	format := fs.String("log-format", "text", "log format: text or json")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "graceful stop timeout")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) of the whole run to this file when sluice stops")
 	if pos, err := parse(fs, args); err != nil {
 		return err
 	} else if len(pos) > 0 {
@@ -227,6 +229,13 @@ func cmdRun(args []string, stderr io.Writer) error {
 	logger, levels, err := newLogger(stderr, *format, *level)
 	if err != nil {
 		return err
+	}
+	if *cpuprofile != "" {
+		stop, err := startCPUProfile(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	p, reg, err := openPipeline(paths)
 	if err != nil {
@@ -489,4 +498,20 @@ func hasFlag(args []string, names ...string) bool {
 		}
 	}
 	return false
+}
+
+// startCPUProfile profiles the process into path until the returned func is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("-cpuprofile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

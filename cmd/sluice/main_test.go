@@ -84,3 +84,22 @@ func TestSnapshotsStatusRendering(t *testing.T) {
 		t.Fatalf("bad filter: %d %q", code, errs)
 	}
 }
+
+func TestCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.pprof")
+	stop, err := startCPUProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("%s is not a gzipped pprof profile: % x", path, b[:min(len(b), 8)])
+	}
+	if _, err := startCPUProfile(filepath.Join(t.TempDir(), "missing", "cpu.pprof")); err == nil || !strings.HasPrefix(err.Error(), "-cpuprofile: open ") {
+		t.Fatalf("profile into a missing directory: %v", err)
+	}
+}
