@@ -41,6 +41,7 @@ func (c *Chain) Names() []string {
 // Apply runs the record through the chain. An error names the transform (or predicate)
 // that failed; the runtime handles it per errors.tolerance.
 func (c *Chain) Apply(r connect.Record) (connect.Record, bool, error) {
+	owned := false // r.Value is a row a step of this call built (see own.go)
 	for i := range c.steps {
 		s := &c.steps[i]
 		if s.pred != nil {
@@ -52,7 +53,17 @@ func (c *Chain) Apply(r connect.Record) (connect.Record, bool, error) {
 				continue
 			}
 		}
-		out, keep, err := s.t.Apply(r)
+		var out connect.Record
+		var keep bool
+		var err error
+		if ot, ok := s.t.(ownTransform); ok {
+			out, keep, owned, err = ot.applyOwned(r, owned)
+		} else {
+			out, keep, err = s.t.Apply(r)
+			// A transform that passes the value on keeps it owned, unless it also made it
+			// the key (then two fields of the record share the row).
+			owned = owned && sameBox(out.Value, r.Value) && !sameBox(out.Key, out.Value)
+		}
 		if err != nil {
 			return r, false, fmt.Errorf("transform %s: %w", s.name, err)
 		}

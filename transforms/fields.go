@@ -131,21 +131,40 @@ func (t *replaceField) renamed(name string) string {
 }
 
 func (t *replaceField) Apply(r connect.Record) (connect.Record, bool, error) {
+	r, keep, _, err := t.applyOwned(r, false)
+	return r, keep, err
+}
+
+func (t *replaceField) applyOwned(r connect.Record, owned bool) (connect.Record, bool, bool, error) {
 	v := t.side.get(r)
 	if v == nil {
-		return r, true, nil
+		return r, true, owned, nil
 	}
 	row, err := rowOf(v, t.name)
 	if err != nil {
-		return r, false, err
+		return r, false, false, err
 	}
-	out := make(connect.Row, 0, len(row))
-	for _, f := range row {
-		if t.keeps(f.Name) {
-			out = append(out, connect.Field{Name: t.renamed(f.Name), Value: f.Value})
+	if owned && t.side == onValue {
+		// In place: kept fields move down, the names change.
+		n := 0
+		for _, f := range row {
+			if t.keeps(f.Name) {
+				row[n] = connect.Field{Name: t.renamed(f.Name), Value: f.Value}
+				n++
+			}
 		}
+		clear(row[n:])
+		r = setOwned(r, row[:n])
+	} else {
+		out := make(connect.Row, 0, len(row))
+		for _, f := range row {
+			if t.keeps(f.Name) {
+				out = append(out, connect.Field{Name: t.renamed(f.Name), Value: f.Value})
+			}
+		}
+		r = t.side.set(r, out)
+		owned = t.side == onValue
 	}
-	r = t.side.set(r, out)
 	if t.side == onValue {
 		if cols, ok := unchangedColumns(r.Headers); ok {
 			var kept []string
@@ -159,7 +178,7 @@ func (t *replaceField) Apply(r connect.Record) (connect.Record, bool, error) {
 			}
 		}
 	}
-	return r, true, nil
+	return r, true, owned, nil
 }
 
 // ---- mask_field
@@ -328,38 +347,50 @@ type insertField struct {
 }
 
 func (t *insertField) Apply(r connect.Record) (connect.Record, bool, error) {
+	r, keep, _, err := t.applyOwned(r, false)
+	return r, keep, err
+}
+
+func (t *insertField) applyOwned(r connect.Record, owned bool) (connect.Record, bool, bool, error) {
 	v := t.side.get(r)
 	if v == nil {
-		return r, true, nil
+		return r, true, owned, nil
 	}
 	row, err := rowOf(v, t.name)
 	if err != nil {
-		return r, false, err
+		return r, false, false, err
 	}
-	out := make(connect.Row, len(row), len(row)+5)
-	copy(out, row)
+	// Required fields the record lacks fail before the row changes.
+	switch {
+	case t.partition.required && r.Partition < 0:
+		return r, false, false, fmt.Errorf("%s: partition.field %s is required but the record has no partition yet", t.name, t.partition.name)
+	case t.offset.required && r.Offset < 0:
+		return r, false, false, fmt.Errorf("%s: offset.field %s is required but the record has no offset (offsets exist on the sink side only)", t.name, t.offset.name)
+	case t.timestamp.required && r.Timestamp.IsZero():
+		return r, false, false, fmt.Errorf("%s: timestamp.field %s is required but the record has no timestamp", t.name, t.timestamp.name)
+	}
+	inPlace := owned && t.side == onValue
+	out := row // an owned row gets the fields in place (appended within its capacity)
+	if !inPlace {
+		out = make(connect.Row, len(row), len(row)+5)
+		copy(out, row)
+	}
 	if t.topic.name != "" {
 		out = out.Set(t.topic.name, r.Topic)
 	}
 	if t.partition.name != "" {
 		if r.Partition >= 0 {
 			out = out.Set(t.partition.name, int64(r.Partition))
-		} else if t.partition.required {
-			return r, false, fmt.Errorf("%s: partition.field %s is required but the record has no partition yet", t.name, t.partition.name)
 		}
 	}
 	if t.offset.name != "" {
 		if r.Offset >= 0 {
 			out = out.Set(t.offset.name, r.Offset)
-		} else if t.offset.required {
-			return r, false, fmt.Errorf("%s: offset.field %s is required but the record has no offset (offsets exist on the sink side only)", t.name, t.offset.name)
 		}
 	}
 	if t.timestamp.name != "" {
 		if !r.Timestamp.IsZero() {
 			out = out.Set(t.timestamp.name, r.Timestamp.UnixMilli())
-		} else if t.timestamp.required {
-			return r, false, fmt.Errorf("%s: timestamp.field %s is required but the record has no timestamp", t.name, t.timestamp.name)
 		} else {
 			out = out.Set(t.timestamp.name, nil)
 		}
@@ -367,7 +398,10 @@ func (t *insertField) Apply(r connect.Record) (connect.Record, bool, error) {
 	if t.static.name != "" {
 		out = out.Set(t.static.name, t.staticValue)
 	}
-	return t.side.set(r, out), true, nil
+	if inPlace {
+		return setOwned(r, out), true, true, nil
+	}
+	return t.side.set(r, out), true, t.side == onValue, nil
 }
 
 // ---- value_to_key

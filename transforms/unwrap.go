@@ -191,6 +191,21 @@ func newUnwrap(cfg connect.Config) (*unwrap, error) {
 
 // Apply implements connect.Transform.
 func (u *unwrap) Apply(r connect.Record) (connect.Record, bool, error) {
+	r, keep, _, err := u.applyOwned(r, false)
+	return r, keep, err
+}
+
+// applyOwned reports the flattened row as owned when unwrap built it (fields were added and
+// none dropped by header); the row then has room for a few more fields.
+func (u *unwrap) applyOwned(r connect.Record, _ bool) (connect.Record, bool, bool, error) {
+	in := r.Value
+	r, keep, err := u.apply(r)
+	built := err == nil && keep && (len(u.fields) > 0 || u.rewrite) && u.dropHeader == "" &&
+		rowBox(r.Value) != nil && !sameBox(r.Value, in) // not a record passed on as it was
+	return r, keep, built, err
+}
+
+func (u *unwrap) apply(r connect.Record) (connect.Record, bool, error) {
 	if r.Value == nil {
 		return u.tombstone(r)
 	}
@@ -299,7 +314,7 @@ func (u *unwrap) withFields(row connect.Row, boxed any, env connect.Row, deleted
 	if n == 0 {
 		return row, boxed
 	}
-	out := make(connect.Row, len(row), len(row)+n)
+	out := make(connect.Row, len(row), len(row)+n+2) // room for later transforms (own.go)
 	copy(out, row)
 	for _, f := range u.fields {
 		v, _ := f.get(env)
