@@ -8,7 +8,7 @@ PKGS      := ./...
 TEST_P    ?= 2
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all setup build quickstart test vet race soak bench clean
+.PHONY: all setup build quickstart test vet race soak bench bench-go clean
 
 all: build
 
@@ -38,7 +38,14 @@ test: setup vet
 soak: setup
 	SLUICE_SOAK=1 $(GO) test -p 1 -count=1 -timeout 3h $(PKGS)
 
-bench: setup
+# The end-to-end benchmark suite (e2e/bench): real servers, calibrated limits, the workloads
+# W1-W5 and a parity check of every view; writes bench-out/report.md and report.json and fails
+# if a view differs from its table. BENCH_FLAGS: e.g. -only W1,W2 -rows 200000 -duration 10s.
+bench: setup build
+	$(GO) run ./e2e/bench -bin $(BIN) -out bench-out $(BENCH_FLAGS)
+
+# The package-level Go benchmarks.
+bench-go: setup
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 clean:
