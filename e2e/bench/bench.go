@@ -41,6 +41,7 @@ type bench struct {
 	// backlog of W1, reused by W5.
 	myBacklog *myBacklog
 	pgBacklog *pgBacklog
+	serverID  int // MariaDB reader ids handed out
 }
 
 func newBench(opts options) *bench {

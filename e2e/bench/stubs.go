@@ -2,18 +2,11 @@ package main
 
 import "context"
 
-func (b *bench) w2(ctx context.Context) error {
-	b.rep.NotRun = append(b.rep.NotRun, "W2: not built")
-	return nil
-}
 func (b *bench) w3(ctx context.Context) error {
 	b.rep.NotRun = append(b.rep.NotRun, "W3: not built")
 	return nil
 }
-func (b *bench) w4(ctx context.Context) error {
-	b.rep.NotRun = append(b.rep.NotRun, "W4: not built")
-	return nil
-}
+
 func (b *bench) w5(ctx context.Context) error {
 	b.rep.NotRun = append(b.rep.NotRun, "W5: not built")
 	return nil
