@@ -27,7 +27,7 @@ type pipe struct {
 
 	Sinks    bool
 	Refresh  string // the Elasticsearch index refresh interval
-	SinkOnly bool   // no source (W5 followers)
+	SinkOnly bool   // no connectors at all (W5's other nodes)
 
 	MySQLPort, PGPort, RedisPort, ESPort int
 	MySQLUser, PGUser                    string
@@ -48,8 +48,10 @@ const pipelineTemplate = `log:
 rest:
   listeners: [http://{{.API}}]
 
+{{- if .SinkOnly}}
+connectors: []
+{{- else}}
 connectors:
-{{- if not .SinkOnly}}
   - name: src
     class: {{.Kind}}
     config:
@@ -76,7 +78,6 @@ connectors:
 {{- range $k, $v := .Extra}}
       {{$k}}: {{$v}}
 {{- end}}
-{{- end}}
 {{- if .Sinks}}
 
   - name: es
@@ -96,6 +97,7 @@ connectors:
       redis.key: ${topic}:${key}
       transforms: unwrap
       transforms.unwrap.type: io.debezium.transforms.ExtractNewRecordState
+{{- end}}
 {{- end}}
 `
 

@@ -6,8 +6,3 @@ func (b *bench) w3(ctx context.Context) error {
 	b.rep.NotRun = append(b.rep.NotRun, "W3: not built")
 	return nil
 }
-
-func (b *bench) w5(ctx context.Context) error {
-	b.rep.NotRun = append(b.rep.NotRun, "W5: not built")
-	return nil
-}
