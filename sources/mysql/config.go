@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // Config keys, with Debezium's names.
@@ -71,7 +72,7 @@ func Plugin() connect.Plugin {
 		Kind:     connect.KindSource,
 		Version:  Version,
 		Doc:      "Captures row changes of MySQL and MariaDB from the binlog, after a consistent initial snapshot, as Debezium change events.",
-		Config:   configDef(),
+		Config:   configDef().Merge(snapshot.ConfigDef("<database>.<table>")),
 		Validate: validate,
 		NewSource: func(cfg connect.Config, env connect.Env) (connect.Source, error) {
 			return New(cfg, env)
@@ -167,9 +168,8 @@ func configDef() connect.ConfigDef {
 			Doc: "Binlog events decoded ahead of the reader. Each holds at most one binlog rows event (binlog_row_event_max_size, 8 KiB by default)."},
 		ignoredPrefix("schema.history.internal.", "sluice keeps the schema history in its own log."),
 		ignoredPrefix("database.history.", "sluice keeps the schema history in its own log."),
-		ignoredPrefix("signal.", "signals are not supported yet."),
 		ignored("include.query", "the query text is not captured; source.query is null."),
-		ignored("snapshot.new.tables", "tables added to the include list are not snapshotted."),
+		ignored("snapshot.new.tables", "tables added to table.include.list are always snapshotted incrementally."),
 		ignored("poll.interval.ms", "records are returned as soon as they are read."),
 		ignored("provide.transaction.metadata", "transaction metadata topics are not produced."),
 		ignored("event.deserialization.failure.handling.mode", "undecodable binlog events fail the task."),
@@ -239,6 +239,10 @@ func validate(cfg connect.Config) []connect.FieldError {
 		} else if err := checkRegexList(v); err != nil {
 			errs = append(errs, connect.FieldError{Key: KeyMaskWith + k, Message: err.Error()})
 		}
+	}
+	errs = append(errs, snapshot.Validate(cfg)...)
+	if cfg.Enum(snapshot.KeyWatermark) == snapshot.WatermarkMessage {
+		errs = append(errs, connect.FieldError{Key: snapshot.KeyWatermark, Message: "must be auto or position: MySQL and MariaDB have no logical decoding messages (the watermark is the binlog position of each chunk's read)"})
 	}
 	for k, v := range cfg.WithPrefix(KeyMaskHash) {
 		if _, _, err := parseMaskHash(k); err != nil {

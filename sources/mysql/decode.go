@@ -248,7 +248,7 @@ func (s *Source) newRowPlan(tm *replication.TableMapEvent, raw []byte) *rowPlan 
 			return p // a column go-mysql decodes
 		}
 	}
-	if s.cfg.filter.table(string(tm.Schema), string(tm.Table)) {
+	if s.decodes(string(tm.Schema), string(tm.Table)) {
 		t, err := s.tableFromMap(tm)
 		if err != nil {
 			return p // the reader reports it

@@ -29,6 +29,10 @@ import (
 //
 //	{"v":1,"epoch":0,"file":"mariadb-bin.000003","pos":1234,"row":2,"gtid":"0-1-42"}
 //
+// The position of a stream batch adds "incremental" once an incremental snapshot command was
+// applied: the snapshot queue and its progress (sources/snapshot, incremental.go). The Orders
+// of its chunk rows extend the stream Order of the transaction boundary they follow.
+//
 // resumes in the transaction that starts at file/pos, after its first row changes (row), and
 // checks that the transaction there still has the GTID gtid. An unfinished snapshot adds
 // "snapshot": where the snapshot's rows went up to, and where streaming starts after it.
@@ -49,6 +53,9 @@ type state struct {
 	GTID  string `json:"gtid,omitempty"`
 	// Snapshot is set while the initial snapshot has not finished.
 	Snapshot *snapState `json:"snapshot,omitempty"`
+	// Incr is the incremental snapshot state (sources/snapshot), in the States of stream
+	// batches once a snapshot command was applied.
+	Incr json.RawMessage `json:"incremental,omitempty"`
 }
 
 // snapState is the progress of an unfinished snapshot. File/Pos in the enclosing state are

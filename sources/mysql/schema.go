@@ -28,6 +28,7 @@ type table struct {
 	key      []int // columns of the record key (message.key.columns, else the primary key)
 	order    []int // primary key columns, in key order, for chunked snapshot reads
 	topic    string
+	signal   bool // the signal table: its inserts are signals, not records
 
 	// derived by finishTable, for building records
 	nOut      int  // columns in row images (not excluded)
@@ -224,6 +225,7 @@ func (s *Source) tableFromMap(tm *replication.TableMapEvent) (*table, error) {
 		pk = append(pk, int(k))
 	}
 	s.finishTable(t, pk)
+	t.signal = s.isSignalTable(db, name)
 	return t, nil
 }
 

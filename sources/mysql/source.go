@@ -39,6 +39,9 @@ type Source struct {
 	// idle (snapshot.mode=initial_only after the snapshot): the position to report
 	idlePos connect.Position
 
+	// incremental and blocking snapshots (incremental.go)
+	incr *incr
+
 	stats       stats
 	now         func() time.Time
 	srcTemplate [srcFields]connect.Field // see sourceTemplate
@@ -75,6 +78,7 @@ func New(cfg connect.Config, env connect.Env) (*Source, error) {
 		srcTemplate: sourceTemplate(s),
 	}
 	src.stats.behindMs.Store(-1)
+	src.incr = newIncr(src, cfg)
 	return src, nil
 }
 
@@ -135,6 +139,9 @@ func (s *Source) Open(ctx context.Context, after connect.Position) error {
 			if err != nil {
 				return err
 			}
+			if err := s.openIncr(ctx, nil); err != nil {
+				return err
+			}
 			return s.startStreaming(ctx, &state{V: stateVersion, File: file, Pos: pos})
 		case SnapshotNever:
 			files, err := s.binlogFiles(c)
@@ -143,6 +150,9 @@ func (s *Source) Open(ctx context.Context, after connect.Position) error {
 			}
 			if len(files) == 0 {
 				return connect.Permanentf("the server has no binary logs: enable the binlog (log_bin)")
+			}
+			if err := s.openIncr(ctx, nil); err != nil {
+				return err
 			}
 			return s.startStreaming(ctx, &state{V: stateVersion, File: files[0].name, Pos: 4})
 		}
@@ -176,6 +186,9 @@ func (s *Source) Open(ctx context.Context, after connect.Position) error {
 		}
 		return connect.Permanentf("binlog position %s:%d needed to resume is no longer on the server (purged); the oldest available is %s: set snapshot.mode=when_needed to take a new snapshot, or reset the connector's offsets", st.File, st.Pos, oldest)
 	}
+	if err := s.openIncr(ctx, st.Incr); err != nil {
+		return err
+	}
 	return s.startStreaming(ctx, st)
 }
 
@@ -185,6 +198,11 @@ func (s *Source) startSnapshot(ctx context.Context, epoch uint32, resume *state)
 		// an earlier attempt stored its plan and may have put rows into the log before any
 		// position was committed: go on with that plan (its start point), from the first table
 		resume = &state{V: stateVersion, Epoch: epoch, Snapshot: &snapState{}}
+	}
+	// a snapshot of every table: the incremental snapshots asked for so far are moot
+	s.incr.fresh = true
+	if err := s.openIncr(ctx, nil); err != nil {
+		return err
 	}
 	s.phase = phaseSnapshot
 	s.snap = newSnapshotter(s, epoch, resume)
@@ -222,6 +240,7 @@ func (s *Source) Read(ctx context.Context) (connect.Batch, error) {
 				}
 				// the snapshot is complete: a restart from here streams
 				b.Position = s.streamBoundary(end)
+				b.Position.State = s.withIncr(b.Position.State)
 			}
 			if len(b.Records) > 0 || !b.Position.IsZero() {
 				return b, nil
@@ -263,6 +282,7 @@ func (s *Source) idle(ctx context.Context) (connect.Batch, error) {
 // Ack implements connect.Source. The binlog needs no acknowledgement; Ack records what the
 // log holds for the statistics.
 func (s *Source) Ack(ctx context.Context, upTo connect.Position) error {
+	s.incr.e.Acked(upTo.Order)
 	s.stats.acked.Add(1)
 	return nil
 }
@@ -275,6 +295,7 @@ func (s *Source) Close(ctx context.Context) error {
 	if s.strm != nil {
 		s.strm.shutdown()
 	}
+	s.closeIncr()
 	s.stats.connected.Store(false)
 	return nil
 }
@@ -359,6 +380,14 @@ type Stats struct {
 	NumberOfReconnects int64
 	// NumberOfAcknowledgedBatches counts the calls of Ack (positions durable in the log).
 	NumberOfAcknowledgedBatches int64
+	// IncrementalSnapshotRunning and IncrementalSnapshotPaused say whether an incremental or
+	// blocking snapshot has tables to read, and whether it is paused; RemainingTableCount
+	// counts those tables and ChunkID the chunks read (see sources/snapshot). RowsScanned
+	// includes their rows.
+	IncrementalSnapshotRunning bool
+	IncrementalSnapshotPaused  bool
+	RemainingTableCount        int64
+	ChunkID                    int64
 }
 
 type stats struct {
@@ -393,6 +422,11 @@ func (s *Source) Stats() Stats {
 	if f := s.stats.binlogFile.Load(); f != nil {
 		st.BinlogFilename = *f
 	}
+	es := s.incr.e.Stats()
+	st.IncrementalSnapshotRunning = es.IncrementalSnapshotRunning
+	st.IncrementalSnapshotPaused = es.IncrementalSnapshotPaused
+	st.RemainingTableCount = es.RemainingTableCount
+	st.ChunkID = es.ChunkID
 	if p := s.stats.progress.Load(); p != nil {
 		st.RowsScanned = map[string]int64{}
 		st.RowsTotalEstimate = map[string]int64{}

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // The binlog stream.
@@ -79,6 +80,10 @@ type streamer struct {
 	boundSeq  uint32
 	boundPos  uint32
 
+	// frontier is the binlog position up to which every transaction has been processed (the
+	// incremental snapshot engine's view of the stream)
+	frontier snapshot.Mark
+
 	cur      *replication.RowsEvent // rows event being emitted
 	curRow   int                    // next row (image) index in cur
 	curHdr   *replication.EventHeader
@@ -108,6 +113,7 @@ func newStreamer(s *Source, st *state) *streamer {
 	m.setResume(st.File, st.Pos, st.Row, st.GTID)
 	m.boundFile, m.boundPos = st.File, st.Pos
 	m.boundSeq, _ = fileSeq(st.File)
+	m.frontier = mark(m.boundSeq, m.boundPos)
 	return m
 }
 
@@ -282,36 +288,42 @@ func (m *streamer) reconnect(ctx context.Context, cause error) error {
 }
 
 // next returns the next event; block=false returns none (a zero item) when none is ready.
-func (m *streamer) next(ctx context.Context, block bool, timeout <-chan time.Time) (binlogItem, error) {
+// Blocking, it also returns none when timeout fires, or with woke set when wake does (the
+// incremental snapshot engine may go on, or asked to be asked again at poke).
+func (m *streamer) next(ctx context.Context, block bool, timeout <-chan time.Time, wake <-chan struct{}, poke <-chan time.Time) (it binlogItem, woke bool, err error) {
 	select {
 	case it := <-m.events:
-		return it, nil
+		return it, false, nil
 	default:
 	}
 	if m.pendingErr != nil {
 		err := m.pendingErr
 		m.pendingErr = nil
-		return binlogItem{}, err
+		return binlogItem{}, false, err
 	}
 	if !block {
-		return binlogItem{}, nil
+		return binlogItem{}, false, nil
 	}
 	select {
 	case it := <-m.events:
-		return it, nil
+		return it, false, nil
 	case err := <-m.errs:
 		// events decoded before the error come first
 		select {
 		case it := <-m.events:
 			m.pendingErr = err
-			return it, nil
+			return it, false, nil
 		default:
 		}
-		return binlogItem{}, err
+		return binlogItem{}, false, err
 	case <-ctx.Done():
-		return binlogItem{}, ctx.Err()
+		return binlogItem{}, false, ctx.Err()
 	case <-timeout:
-		return binlogItem{}, nil
+		return binlogItem{}, false, nil
+	case <-wake:
+		return binlogItem{}, true, nil
+	case <-poke:
+		return binlogItem{}, true, nil
 	}
 }
 
@@ -390,6 +402,13 @@ func (m *streamer) readBatch(ctx context.Context) (connect.Batch, error) {
 		defer t.Stop()
 		hb = t.C
 	}
+	in := s.incr
+	var poke *time.Timer
+	defer func() {
+		if poke != nil {
+			poke.Stop()
+		}
+	}()
 	for {
 		if m.cur != nil {
 			if err := m.emitRows(b); err != nil {
@@ -399,7 +418,39 @@ func (m *streamer) readBatch(ctx context.Context) (connect.Batch, error) {
 				return m.finish(b), nil
 			}
 		}
-		it, err := m.next(ctx, len(b.recs) == 0, hb)
+		var wake <-chan struct{}
+		var pokeC <-chan time.Time
+		if !in.e.Idle() || in.pf != nil {
+			if m.atBoundary() {
+				out, ok, hold, wait, err := m.incrStep(ctx, b)
+				if err != nil {
+					return connect.Batch{}, err
+				}
+				if ok {
+					return out, nil
+				}
+				if hold {
+					// a blocking snapshot holds the stream until its next chunk may go
+					if len(b.recs) > 0 {
+						return m.finish(b), nil
+					}
+					if err := m.waitEngine(ctx, wait); err != nil {
+						return connect.Batch{}, err
+					}
+					continue
+				}
+				if wait > 0 {
+					if poke == nil {
+						poke = time.NewTimer(wait)
+					} else {
+						poke.Reset(wait)
+					}
+					pokeC = poke.C
+				}
+			}
+			wake = in.e.Wake()
+		}
+		it, woke, err := m.next(ctx, len(b.recs) == 0, hb, wake, pokeC)
 		if it.err != nil {
 			return connect.Batch{}, it.err
 		}
@@ -419,16 +470,19 @@ func (m *streamer) readBatch(ctx context.Context) (connect.Batch, error) {
 			continue
 		}
 		if it.ev == nil {
+			if woke {
+				continue // the engine may go on
+			}
 			if len(b.recs) > 0 {
 				return m.finish(b), nil
 			}
 			// heartbeat: the newest position, so an idle or filtered stream advances
-			p := m.position()
-			return connect.Batch{Position: p}, nil
+			return connect.Batch{Position: s.incrPosition(m.position())}, nil
 		}
 		if err := m.handle(ctx, it.ev, it.final, b); err != nil {
 			return connect.Batch{}, err
 		}
+		m.noteEvent(it.ev)
 		if len(b.recs) >= s.cfg.maxBatch {
 			return m.finish(b), nil
 		}
@@ -464,8 +518,7 @@ func (m *streamer) finish(b *batch) connect.Batch {
 	if len(b.recs) > 0 {
 		s.stats.behindMs.Store(max(0, s.now().UnixMilli()-b.recs[len(b.recs)-1].Timestamp.UnixMilli()))
 	}
-	p := m.position()
-	return connect.Batch{Records: b.recs, Position: p}
+	return connect.Batch{Records: b.recs, Position: m.s.incrPosition(m.position())}
 }
 
 // position is where a restart resumes now: inside the current transaction, or after the
@@ -624,7 +677,7 @@ func (m *streamer) tableMap(ev *replication.BinlogEvent, e *replication.TableMap
 		return nil
 	}
 	meta := &tableMeta{raw: append([]byte(nil), raw...)}
-	if m.s.cfg.filter.table(string(e.Schema), string(e.Table)) {
+	if m.s.decodes(string(e.Schema), string(e.Table)) {
 		t, err := m.s.tableFromMap(e)
 		if err != nil {
 			return err
@@ -673,6 +726,14 @@ func (m *streamer) emitImages(b *batch, t *table, op connect.Op, step int, rows 
 		if !m.slot() || t == nil {
 			continue
 		}
+		if t.signal {
+			if op == connect.OpCreate && len(rows[i]) == len(t.cols) {
+				if err := m.signalRow(t, rows[i]); err != nil {
+					return false, err
+				}
+			}
+			continue
+		}
 		if s.cfg.skip[op] {
 			s.stats.skipped.Add(1)
 			continue
@@ -719,6 +780,7 @@ func (m *streamer) rowChange(b *batch, t *table, op connect.Op, images [][]any, 
 		if err != nil {
 			return err
 		}
+		m.touch(t, oldKey)
 		m.addRecord(b, t, connect.OpDelete, &del, del.before, nil, oldKey, rowInEvent, 0)
 		if m.s.cfg.tombstones {
 			m.addTombstone(b, t, oldKey, 1)
@@ -731,6 +793,7 @@ func (m *streamer) rowChange(b *batch, t *table, op connect.Op, images [][]any, 
 		if err != nil {
 			return err
 		}
+		m.touch(t, key)
 		m.addRecord(b, t, connect.OpCreate, &cre, nil, cre.after, key, rowInEvent, 2)
 		return nil
 	}
@@ -763,6 +826,7 @@ func (m *streamer) rowChange(b *batch, t *table, op connect.Op, images [][]any, 
 	if err != nil {
 		return err
 	}
+	m.touch(t, key)
 	m.addRecord(b, t, op, &blk, before, after, key, rowInEvent, 0)
 	if op == connect.OpDelete && m.s.cfg.tombstones {
 		m.addTombstone(b, t, key, 1)
@@ -1023,8 +1087,15 @@ func (m *streamer) ddl(ctx context.Context, h *replication.EventHeader, db, q st
 	if len(touched) > 0 && touched[0].db != "" {
 		db = touched[0].db
 	}
-	// a DDL invalidates the cached table maps (new ones follow in the binlog)
+	// a DDL invalidates the cached table maps (new ones follow in the binlog) and the
+	// definitions incremental snapshots read chunks with
 	clear(m.tables)
+	clear(s.incr.models)
+	if st.kind == ddlTruncate {
+		for _, t := range st.tables {
+			m.touchAll(t.db, t.table)
+		}
+	}
 	if !s.history.has(m.txFile, m.txPos) {
 		entry := &ddlEntry{V: 1, File: m.txFile, Pos: m.txPos, GTID: m.txGTID, TsMs: m.txTime.UnixMilli(), DB: db, DDL: q}
 		defs, err := m.definitions(ctx, st)

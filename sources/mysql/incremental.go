@@ -1,0 +1,986 @@
+package mysql
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sources/snapshot"
+)
+
+// Incremental and blocking snapshots (sources/snapshot) while the binlog stream goes on.
+//
+// The stream's producer goroutine drives the engine at the boundaries between transactions of
+// the binlog. A chunk is read on a connection of its own while the producer processes no
+// further event:
+//
+//	START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY
+//	SHOW STATUS LIKE 'binlog_snapshot_%'      MariaDB: the binlog position P of exactly this read
+//	SELECT ... WHERE (key) > (after) [AND (filter)] ORDER BY key LIMIT n
+//	COMMIT
+//
+// On MariaDB the read holds every transaction that starts before P in the binlog and none that
+// starts at or after it (the server takes both under its commit order), so the window is exact:
+// Low = High = P. The chunk's rows that a transaction starting at or after P changes are
+// dropped when the stream delivers that change; the rest are emitted once the stream has
+// passed P, with P as their version. Nothing is written to the server.
+//
+// MySQL has no such status: the window runs from SHOW MASTER STATUS (SHOW BINARY LOG STATUS)
+// before the read (Low) to the same after it (High), as in DBLog. A transaction whose binlog
+// write is before Low but whose commit was not visible yet when the read began is not caught
+// by that window; the MySQL flavor is not tested here (see the README).
+//
+// A blocking snapshot keeps the transaction open and emits the table chunk by chunk from it
+// while the stream waits. Chunks are read in the order of the record key (message.key.columns,
+// else the primary key); a row is told apart by the JSON of its record key on both paths.
+
+// incr is the incremental snapshot machinery of the source. The engine's control methods run
+// on any goroutine; everything else on the stream's producer goroutine.
+type incr struct {
+	e   *snapshot.Engine
+	set snapshot.Settings
+	raw map[string]string // the capture filter as configured
+
+	fresh       bool // a snapshot of every table begins: earlier requests are moot
+	conns       []*client.Conn
+	models      map[string]*incrModel
+	engineOrder []byte // Order of the last record or batch the engine made
+	pf          *prefetch
+
+	fields  fieldArena
+	bx      boxer
+	keyJSON []byte
+}
+
+// incrModel is how a task's table is read.
+type incrModel struct {
+	t    *table
+	keys []int // columns of the chunk key (the record key), in order
+	text bool  // integer keys: the chunk query is plain text with the last key written in
+}
+
+// incrCaptureKeys are the configuration keys that decide which tables are captured.
+var incrCaptureKeys = []string{KeyDatabaseInclude, KeyDatabaseExclude, KeyTableInclude, KeyTableExclude}
+
+func newIncr(s *Source, cfg connect.Config) *incr {
+	set := snapshot.SettingsFrom(cfg)
+	set.Watermark = snapshot.WatermarkPosition // the only kind: validate refuses message
+	in := &incr{set: set, models: map[string]*incrModel{}, raw: map[string]string{}}
+	for _, k := range incrCaptureKeys {
+		in.raw[k] = strings.Join(cfg.List(k), ",")
+	}
+	in.e = snapshot.New(snapshot.Options{
+		Settings:  set,
+		Connector: s.env.Connector,
+		Logger:    s.log,
+		Store:     s.env.Store,
+		Now:       func() time.Time { return s.now() },
+		Tables:    s.snapshotTables,
+		Lag: func() time.Duration {
+			// the producer's goroutine: the queue of decoded events says whether the stream is
+			// behind at all (the last batch's lag stays as it was while the server is idle)
+			m := s.strm
+			if m == nil || len(m.events) == 0 {
+				return 0
+			}
+			return time.Duration(max(s.stats.behindMs.Load(), 0)) * time.Millisecond
+		},
+	})
+	return in
+}
+
+// SnapshotSignal applies a snapshot signal (execute-snapshot, stop-snapshot, pause-snapshot,
+// resume-snapshot with Debezium's data object) from the admin API or the signal topic; it
+// returns once the signal is stored, with the status. Any goroutine.
+func (s *Source) SnapshotSignal(ctx context.Context, origin, id, typ string, data []byte) ([]byte, error) {
+	if strings.EqualFold(strings.TrimSpace(typ), snapshot.SignalExecute) {
+		var r snapshot.Request
+		if json.Unmarshal(data, &r) == nil && r.SurrogateKey != "" {
+			return nil, connect.Permanent(fmt.Errorf("%w: surrogate-key is not supported by the MySQL source: set message.key.columns for the table (a unique, non-null column list) instead", snapshot.ErrRequest))
+		}
+	}
+	return s.incr.e.Signal(ctx, typ, data, origin, id)
+}
+
+// SnapshotStatus returns the incremental snapshot status document. Any goroutine.
+func (s *Source) SnapshotStatus() []byte { return s.incr.e.StatusJSON() }
+
+// CommitNow reports whether the runtime should commit the position at once: an emitted chunk
+// waits for its acknowledgement before the next one. Any goroutine.
+func (s *Source) CommitNow() bool { return s.incr.e.CommitNow() }
+
+// snapshotTables lists the captured tables with their chunk keys, the record key columns (any
+// goroutine: it uses a connection of its own).
+func (s *Source) snapshotTables(ctx context.Context) ([]snapshot.Table, error) {
+	c, err := s.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { abort(c) })
+	defer stop()
+	return s.tablesWithKeys(c, s.cfg.filter)
+}
+
+func (s *Source) tablesWithKeys(c *client.Conn, f *filter) ([]snapshot.Table, error) {
+	r, err := c.Execute(`SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME`)
+	if err != nil {
+		return nil, fmt.Errorf("list tables: %w", err)
+	}
+	var out []snapshot.Table
+	for i := range r.Values {
+		db, _ := r.GetString(i, 0)
+		name, _ := r.GetString(i, 1)
+		if !f.table(db, name) {
+			continue
+		}
+		t, _, err := s.readTable(c, db, name)
+		if err != nil {
+			return nil, err
+		}
+		if t == nil {
+			continue // dropped meanwhile
+		}
+		out = append(out, snapshot.Table{ID: t.id(), Key: keyNames(t)})
+	}
+	return out, nil
+}
+
+// keyNames are the names of a table's record key columns (nil: it has none).
+func keyNames(t *table) []string {
+	var key []string
+	for _, k := range t.key {
+		key = append(key, t.cols[k].name)
+	}
+	return key
+}
+
+// captureFilters is the part of the configuration that decides which tables are captured.
+func (s *Source) captureFilters() map[string]string { return s.incr.raw }
+
+// addedTables lists the tables captured now that the old filter did not capture.
+func (s *Source) addedTables(ctx context.Context, old map[string]string) ([]snapshot.Table, error) {
+	raw := map[string]string{}
+	for k, v := range old {
+		if v != "" {
+			raw[k] = v
+		}
+	}
+	of, err := newFilter(connect.NewConfig(configDef(), raw))
+	if err != nil {
+		return nil, fmt.Errorf("stored capture filter: %w", err)
+	}
+	now, err := s.snapshotTables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []snapshot.Table
+	for _, t := range now {
+		db, name, _ := strings.Cut(t.ID, ".")
+		if !of.table(db, name) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// openIncr restores the engine from the stored position's state and records the capture
+// filter; Open calls it before the stream's producer starts.
+func (s *Source) openIncr(ctx context.Context, state []byte) error {
+	in := s.incr
+	if err := in.e.Open(ctx, state); err != nil {
+		return err
+	}
+	if in.fresh {
+		in.e.Skip()
+	}
+	if s.cfg.snapshotMode == SnapshotInitialOnly {
+		return nil
+	}
+	return in.e.ConfigChanged(ctx, in.raw, in.fresh, s.addedTables)
+}
+
+// closeIncr releases the snapshot connections and drops the open windows (the producer has
+// stopped).
+func (s *Source) closeIncr() {
+	in := s.incr
+	in.dropPrefetch()
+	in.e.Reset()
+	for i, c := range in.conns {
+		if c != nil {
+			c.Close()
+		}
+		in.conns[i] = nil
+	}
+	clear(in.models)
+}
+
+// withIncr returns a State (a JSON object) with the incremental snapshot state added.
+func (s *Source) withIncr(state []byte) []byte {
+	inc := s.incr.e.State()
+	if len(inc) == 0 || len(state) == 0 || state[len(state)-1] != '}' {
+		return state
+	}
+	out := make([]byte, 0, len(state)+len(inc)+16)
+	out = append(out, state[:len(state)-1]...)
+	out = append(out, `,"incremental":`...)
+	out = append(out, inc...)
+	return append(out, '}')
+}
+
+// incrPosition completes a stream batch position: the incremental state in its State, and an
+// Order not below the last one the engine made (a heartbeat right after a chunk, at the same
+// binlog position, must not go back).
+func (s *Source) incrPosition(p connect.Position) connect.Position {
+	p.State = s.withIncr(p.State)
+	if o := s.incr.engineOrder; len(o) > 0 && string(o) > string(p.Order) {
+		p.Order = o
+	}
+	return p
+}
+
+// mark is a binlog position as a watermark: file number << 32 | position.
+func mark(seq, pos uint32) snapshot.Mark { return snapshot.Mark(uint64(seq)<<32 | uint64(pos)) }
+
+// incrConn returns the i-th connection of the snapshot reads, connecting if need be.
+func (s *Source) incrConn(ctx context.Context, i int) (*client.Conn, error) {
+	in := s.incr
+	for len(in.conns) <= i {
+		in.conns = append(in.conns, nil)
+	}
+	if c := in.conns[i]; c != nil {
+		return c, nil
+	}
+	c, err := s.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("snapshot connection: %w", err)
+	}
+	in.conns[i] = c
+	return c, nil
+}
+
+// dropConn forgets a snapshot connection that failed.
+func (s *Source) dropConn(c *client.Conn) {
+	for i, x := range s.incr.conns {
+		if x == c {
+			c.Close()
+			s.incr.conns[i] = nil
+		}
+	}
+}
+
+var errTableGone = errors.New("table no longer exists")
+
+// errKeyChanged is the reason a task is abandoned when its table's record key is no longer the
+// key its chunks were read by.
+var errKeyChanged = errors.New("record key changed")
+
+// model returns (reading it on first use) how a task's table is read.
+func (s *Source) model(c *client.Conn, task *snapshot.Task) (*incrModel, error) {
+	key := task.Table + "\x00" + strings.Join(task.Key, ",")
+	if m := s.incr.models[key]; m != nil {
+		return m, nil
+	}
+	db, name, _ := strings.Cut(task.Table, ".")
+	t, _, err := s.readTable(c, db, name)
+	if err != nil {
+		return nil, err
+	}
+	if t == nil {
+		return nil, errTableGone
+	}
+	names := keyNames(t)
+	if strings.Join(names, "\x00") != strings.Join(task.Key, "\x00") {
+		return nil, fmt.Errorf("%w: snapshot of %s by key %v, the table's record key is now %v", errKeyChanged, task.Table, task.Key, names)
+	}
+	m := &incrModel{t: t, keys: t.key, text: true}
+	for _, i := range t.key {
+		switch t.cols[i].kind {
+		case kindInt, kindUint64, kindYear:
+		default:
+			m.text = false
+		}
+	}
+	s.incr.models[key] = m
+	return m, nil
+}
+
+// chunkSQL is the query of a task's next chunk: the key columns' range after the last row
+// ((k1 > a1) OR (k1 = a1 AND k2 > a2) ..., a range both servers use an index for), the filter,
+// key order. With args nil the range has a ? per argument; otherwise the arguments, integers,
+// are written in.
+func (m *incrModel) chunkSQL(task *snapshot.Task, after, args []any) string {
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i := range m.t.cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quoteName(m.t.cols[i].name))
+	}
+	b.WriteString(" FROM " + quoteName(m.t.db) + "." + quoteName(m.t.name))
+	var where []string
+	if after != nil {
+		arg := func(j int) string {
+			if args == nil {
+				return "?"
+			}
+			switch v := after[j].(type) {
+			case int64:
+				return strconv.FormatInt(v, 10)
+			case uint64:
+				return strconv.FormatUint(v, 10)
+			}
+			panic(fmt.Sprintf("chunk query argument of type %T", after[j])) // text admits integers only
+		}
+		var ors []string
+		for i := range m.keys {
+			var ands []string
+			for j := 0; j < i; j++ {
+				ands = append(ands, quoteName(m.t.cols[m.keys[j]].name)+" = "+arg(j))
+			}
+			ands = append(ands, quoteName(m.t.cols[m.keys[i]].name)+" > "+arg(i))
+			ors = append(ors, "("+strings.Join(ands, " AND ")+")")
+		}
+		where = append(where, "("+strings.Join(ors, " OR ")+")")
+	}
+	if task.Filter != "" {
+		where = append(where, "("+task.Filter+")")
+	}
+	if len(where) > 0 {
+		b.WriteString(" WHERE " + strings.Join(where, " AND "))
+	}
+	b.WriteString(" ORDER BY ")
+	for i, k := range m.keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quoteName(m.t.cols[k].name))
+	}
+	b.WriteString(" LIMIT " + strconv.Itoa(task.ChunkSize))
+	return b.String()
+}
+
+// readChunk reads the task's next chunk in the connection's open transaction. last is the
+// chunk key of the last row, as stored in the state (appendKeyArg).
+func readChunk(c *client.Conn, m *incrModel, task *snapshot.Task) (*rowSet, []string, error) {
+	var after []any
+	if task.After != nil {
+		var err error
+		after, err = decodeKeyArgs(task.After)
+		if err != nil || len(after) != len(m.keys) {
+			return nil, nil, connect.Permanentf("snapshot of %s: stored key %v does not fit the key %v", task.Table, task.After, task.Key)
+		}
+	}
+	text := m.text && intArgs(after)
+	rs := &rowSet{t: m.t, data: make([]byte, 0, 64<<10)}
+	perRow := func(row []gomysql.FieldValue) error {
+		rs.add(row)
+		return nil
+	}
+	var res gomysql.Result
+	var q string
+	var err error
+	if after == nil || text {
+		q = m.chunkSQL(task, after, after)
+		err = c.ExecuteSelectStreaming(q, &res, perRow, nil)
+	} else {
+		q = m.chunkSQL(task, after, nil)
+		var args []any
+		for i := range m.keys {
+			for j := 0; j <= i; j++ {
+				args = append(args, after[j])
+			}
+		}
+		var st *client.Stmt
+		if st, err = c.Prepare(q); err == nil {
+			err = st.ExecuteSelectStreaming(&res, perRow, nil, args...)
+			st.Close()
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot of %s: %s: %w", task.Table, q, err)
+	}
+	var last []string
+	if rs.n > 0 {
+		row := rs.row(rs.n - 1)
+		for _, k := range m.keys {
+			last = append(last, string(appendKeyArg(nil, &row[k])))
+		}
+	}
+	return rs, last, nil
+}
+
+// incrRead is what a window holds: the rows read (incremental), or the open transaction
+// (blocking).
+type incrRead struct {
+	m         *incrModel
+	rows      *rowSet
+	last      []string
+	exhausted bool
+	readAt    time.Time
+	file      string // the binlog position of the read: the rows' version
+	pos       uint32
+	conn      *client.Conn // blocking: the connection whose transaction reads the table
+}
+
+// openResult is the outcome of opening one window.
+type openResult struct {
+	task      *snapshot.Task
+	read      *incrRead
+	low, high snapshot.Mark
+	total     int64
+	err       error
+}
+
+// prepareTasks returns the models of tasks and their connections; a task whose table is gone (or
+// whose key changed) is abandoned and gone reports it.
+func (s *Source) prepareTasks(ctx context.Context, tasks []*snapshot.Task) (models []*incrModel, conns []*client.Conn, gone bool, err error) {
+	for i, task := range tasks {
+		c, err := s.incrConn(ctx, i)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		stop := context.AfterFunc(ctx, func() { abort(c) })
+		m, err := s.model(c, task)
+		stop()
+		switch {
+		case errors.Is(err, errTableGone):
+			s.log.Warn("table of a snapshot no longer exists: skipped", "table", task.Table)
+			s.incr.e.Abandon(task, "SKIPPED")
+			return nil, nil, true, nil
+		case errors.Is(err, errKeyChanged):
+			s.log.Warn("the record key of a table changed during its snapshot: skipped; request its snapshot again", "table", task.Table, "err", err)
+			s.incr.e.Abandon(task, "SKIPPED")
+			return nil, nil, true, nil
+		case err != nil:
+			if ctx.Err() == nil {
+				s.dropConn(c)
+			}
+			return nil, nil, false, err
+		}
+		models = append(models, m)
+		conns = append(conns, c)
+	}
+	return models, conns, false, nil
+}
+
+// openWindows reads the next chunk of each task (on connections of their own, at once) and
+// registers the windows with the engine.
+func (s *Source) openWindows(ctx context.Context, tasks []*snapshot.Task) error {
+	models, conns, gone, err := s.prepareTasks(ctx, tasks)
+	if err != nil || gone {
+		return err
+	}
+	results := make([]openResult, len(tasks))
+	if len(tasks) == 1 {
+		results[0] = s.openWindow(ctx, conns[0], models[0], tasks[0])
+	} else {
+		var wg sync.WaitGroup
+		for i := range tasks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i] = s.openWindow(ctx, conns[i], models[i], tasks[i])
+			}()
+		}
+		wg.Wait()
+	}
+	return s.register(results)
+}
+
+// register hands the windows of finished reads to the engine.
+func (s *Source) register(results []openResult) error {
+	for _, r := range results {
+		if r.err != nil {
+			for _, x := range results {
+				if x.read != nil && x.read.conn != nil {
+					_, _ = x.read.conn.Execute("ROLLBACK")
+				}
+			}
+			return r.err
+		}
+	}
+	for _, r := range results {
+		if r.total >= 0 && r.task.Total < 0 {
+			s.incr.e.SetTotal(r.task, r.total)
+		}
+		s.incr.e.Opened(&snapshot.Window{Task: r.task, Low: r.low, High: r.high, Data: r.read})
+	}
+	return nil
+}
+
+// openWindow runs the queries of one window on c (see the comment at the top).
+func (s *Source) openWindow(ctx context.Context, c *client.Conn, m *incrModel, task *snapshot.Task) (r openResult) {
+	r.task, r.total = task, -1
+	stop := context.AfterFunc(ctx, func() { abort(c) })
+	defer stop()
+	fail := func(what string, err error) openResult {
+		r.err = fmt.Errorf("snapshot of %s: %s: %w", task.Table, what, err)
+		if ctx.Err() == nil {
+			_, _ = c.Execute("ROLLBACK")
+		}
+		r.read = nil
+		return r
+	}
+	if task.Total < 0 {
+		r.total = estimate(c, m, task)
+	}
+	maria := s.flavor == gomysql.MariaDBFlavor
+	read := &incrRead{m: m}
+	if !maria {
+		file, pos, err := s.binlogHead(c)
+		if err != nil {
+			return fail("low watermark", err)
+		}
+		seq, err := fileSeq(file)
+		if err != nil {
+			return fail("low watermark", err)
+		}
+		r.low = mark(seq, pos)
+	}
+	if _, err := c.Execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
+		return fail("start transaction", err)
+	}
+	read.readAt = s.now()
+	if maria {
+		res, err := c.Execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+		if err != nil {
+			return fail("binlog position of the read", err)
+		}
+		for i := range res.Values {
+			k, _ := res.GetString(i, 0)
+			v, _ := res.GetString(i, 1)
+			switch strings.ToLower(k) {
+			case "binlog_snapshot_file":
+				read.file = v
+			case "binlog_snapshot_position":
+				p, _ := strconv.ParseUint(v, 10, 32)
+				read.pos = uint32(p)
+			}
+		}
+		seq, err := fileSeq(read.file)
+		if err != nil {
+			return fail("binlog position of the read", err)
+		}
+		r.low = mark(seq, read.pos)
+		r.high = r.low
+	}
+	if task.Type == snapshot.TypeBlocking {
+		read.conn = c
+	} else {
+		var err error
+		if read.rows, read.last, err = readChunk(c, m, task); err != nil {
+			return fail("read", err)
+		}
+		read.exhausted = read.rows.n < task.ChunkSize
+		if _, err := c.Execute("COMMIT"); err != nil {
+			return fail("commit", err)
+		}
+	}
+	if !maria {
+		file, pos, err := s.binlogHead(c)
+		if err != nil {
+			return fail("high watermark", err)
+		}
+		seq, err := fileSeq(file)
+		if err != nil {
+			return fail("high watermark", err)
+		}
+		read.file, read.pos = file, pos
+		r.high = mark(seq, pos)
+	}
+	r.read = read
+	return r
+}
+
+// estimate is the server's estimate of a task's rows (EXPLAIN, with the filter); -1: unknown.
+func estimate(c *client.Conn, m *incrModel, task *snapshot.Task) int64 {
+	q := "EXPLAIN SELECT 1 FROM " + quoteName(m.t.db) + "." + quoteName(m.t.name)
+	if task.Filter != "" {
+		q += " WHERE (" + task.Filter + ")"
+	}
+	r, err := c.Execute(q)
+	if err != nil || len(r.Values) == 0 {
+		return -1
+	}
+	for i, f := range r.Fields {
+		if strings.EqualFold(string(f.Name), "rows") {
+			if n, err := r.GetInt(0, i); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// prefetch is a read of the next chunks started while the last chunk was emitted.
+type prefetch struct {
+	results []openResult
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// startPrefetch reads the next chunks in the background when the engine knows them: their
+// queries run on the server while this chunk's records go to the log and are acknowledged.
+// The stream is not processed until finishPrefetch registered them.
+func (s *Source) startPrefetch(ctx context.Context) error {
+	in := s.incr
+	tasks := in.e.Prefetch()
+	if len(tasks) == 0 {
+		return nil
+	}
+	models, conns, gone, err := s.prepareTasks(ctx, tasks)
+	if err != nil || gone {
+		return nil // the next Begin opens them, and reports what is wrong
+	}
+	pctx, cancel := context.WithCancel(context.Background())
+	pf := &prefetch{results: make([]openResult, len(tasks)), cancel: cancel, done: make(chan struct{})}
+	in.pf = pf
+	go func() {
+		defer close(pf.done)
+		var wg sync.WaitGroup
+		for i := range tasks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pf.results[i] = s.openWindow(pctx, conns[i], models[i], tasks[i])
+			}()
+		}
+		wg.Wait()
+	}()
+	return nil
+}
+
+// finishPrefetch waits for the read started by startPrefetch and registers its windows.
+func (s *Source) finishPrefetch(ctx context.Context) error {
+	in := s.incr
+	pf := in.pf
+	select {
+	case <-pf.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	in.pf = nil
+	pf.cancel()
+	for _, r := range pf.results {
+		if r.err != nil {
+			// the connections may be broken: start over with new ones
+			for i, c := range in.conns {
+				if c != nil {
+					c.Close()
+				}
+				in.conns[i] = nil
+			}
+			break
+		}
+	}
+	return s.register(pf.results)
+}
+
+// dropPrefetch abandons a read ahead (the source closes).
+func (in *incr) dropPrefetch() {
+	if pf := in.pf; pf != nil {
+		pf.cancel()
+		<-pf.done
+		in.pf = nil
+	}
+}
+
+// emitWindow emits a window's rows (for a blocking window, its next chunk) as one batch.
+func (s *Source) emitWindow(ctx context.Context, w *snapshot.Window, base []byte, frontier snapshot.Mark) (connect.Batch, error) {
+	in := s.incr
+	rd := w.Data.(*incrRead)
+	m, task, t := rd.m, w.Task, rd.m.t
+	if w.Blocking() {
+		stop := context.AfterFunc(ctx, func() { abort(rd.conn) })
+		var err error
+		rd.rows, rd.last, err = readChunk(rd.conn, m, task)
+		if err == nil {
+			rd.exhausted = rd.rows.n < task.ChunkSize
+			if rd.exhausted {
+				if _, cerr := rd.conn.Execute("COMMIT"); cerr != nil {
+					err = fmt.Errorf("snapshot of %s: commit: %w", task.Table, cerr)
+				}
+			}
+		}
+		stop()
+		if err != nil {
+			s.dropConn(rd.conn)
+			return connect.Batch{}, err
+		}
+	}
+	em := in.e.StartEmit(w, base, frontier)
+	seq, _ := fileSeq(rd.file)
+	ver := version(seq, rd.pos)
+	src := any(s.sourceBlock(rd.readAt.UnixMilli(), "incremental", t.db, t.name, 0, nil, rd.file, rd.pos, 0, nil))
+	in.fields.reset()
+	in.bx.reset()
+	opts := &s.opts
+	nowMs := in.bx.int(s.now().UnixMilli())
+	nk := len(t.key)
+	nkf := nk
+	if t.keyPrefix {
+		nkf = 0
+	}
+	recs := make([]connect.Record, 0, rd.rows.n+4)
+	for r := 0; r < rd.rows.n; r++ {
+		row := rd.rows.row(r)
+		blk := in.fields.newBlock(0, t.nOut, nkf)
+		for i := range t.cols {
+			c := &t.cols[i]
+			if c.excluded {
+				continue
+			}
+			v, err := c.snapshotValue(&row[i], opts, &in.bx)
+			if err != nil {
+				return connect.Batch{}, fmt.Errorf("snapshot of %s: %w", task.Table, err)
+			}
+			if c.mask != nil {
+				v = c.mask(v)
+			}
+			blk.after[c.out] = connect.Field{Name: c.name, Value: v}
+		}
+		var key connect.Row
+		switch {
+		case t.keyPrefix:
+			key = blk.after[:nk:nk]
+		default:
+			for j, i := range t.key {
+				c := &t.cols[i]
+				if !c.excluded && c.mask == nil {
+					blk.key[j] = blk.after[c.out]
+					continue
+				}
+				v, err := c.snapshotValue(&row[i], opts, &in.bx)
+				if err != nil {
+					return connect.Batch{}, fmt.Errorf("snapshot of %s: key: %w", task.Table, err)
+				}
+				blk.key[j] = connect.Field{Name: c.name, Value: v}
+			}
+			key = blk.key
+		}
+		var err error
+		if in.keyJSON, err = connect.AppendJSON(in.keyJSON[:0], key); err != nil {
+			return connect.Batch{}, fmt.Errorf("snapshot of %s: key: %w", task.Table, err)
+		}
+		if !em.Keep(string(in.keyJSON)) {
+			continue
+		}
+		recs = append(recs, connect.Record{
+			Topic: t.topic, Partition: -1, Offset: -1, Timestamp: rd.readAt,
+			Key: in.bx.row(key), Value: blk.envelope(&in.bx, nil, blk.after, src, connect.OpRead, nowMs),
+			Version: ver, Position: em.Next(),
+		})
+	}
+	s.stats.events.Add(int64(len(recs)))
+	s.addScanned(task.Table, int64(rd.rows.n), task.Total)
+	notes, end := em.Done(rd.rows.n, rd.last, rd.exhausted)
+	recs = append(recs, notes...)
+	rd.rows = nil
+	if !w.Blocking() {
+		if err := s.startPrefetch(ctx); err != nil {
+			return connect.Batch{}, err
+		}
+	}
+	in.engineOrder = end
+	return connect.Batch{Records: recs, Position: connect.Position{Order: end}}, nil
+}
+
+// addScanned counts a table's rows read for the rows_scanned metric.
+func (s *Source) addScanned(table string, n, total int64) {
+	for {
+		old := s.stats.progress.Load()
+		p := map[string][2]int64{}
+		if old != nil {
+			for k, v := range *old {
+				p[k] = v
+			}
+		}
+		v := p[table]
+		v[0] = max(v[0], 0) + n
+		v[1] = total
+		p[table] = v
+		if s.stats.progress.CompareAndSwap(old, &p) {
+			return
+		}
+	}
+}
+
+// atBoundary reports whether the producer is between two transactions of the binlog: no
+// transaction begun, none being resumed inside.
+func (m *streamer) atBoundary() bool {
+	return m.cur == nil && !m.inTx && !(m.starting && m.skip > 0)
+}
+
+// incrStep does the engine's work at a boundary between transactions (in the producer): it
+// returns a batch to hand over (ok), or whether to hold the stream and how long to wait at
+// most before asking again (0: until an event or Wake).
+func (m *streamer) incrStep(ctx context.Context, b *batch) (out connect.Batch, ok, hold bool, wait time.Duration, err error) {
+	s := m.s
+	in := s.incr
+	if in.pf != nil {
+		// chunks read ahead: registered before the stream goes on
+		if err := s.finishPrefetch(ctx); err != nil {
+			return connect.Batch{}, false, false, 0, err
+		}
+	}
+	for {
+		base := m.position().Order
+		step := in.e.Begin(base, m.frontier)
+		switch step.Kind {
+		case snapshot.StepNotify:
+			if len(step.Records) == 0 {
+				// commands applied without notifications: a batch carries the new state
+				return m.finish(b), true, false, 0, nil
+			}
+			b.recs = append(b.recs, step.Records...)
+			in.engineOrder = step.Records[len(step.Records)-1].Position.Order
+			continue
+		case snapshot.StepOpen:
+			if len(b.recs) > 0 {
+				return m.finish(b), true, false, 0, nil
+			}
+			if err := s.openWindows(ctx, step.Tasks); err != nil {
+				return connect.Batch{}, false, false, 0, err
+			}
+			if len(in.e.Windows()) == 0 {
+				// nothing opened (a table gone): ask again at the next boundary
+				return connect.Batch{}, false, false, 50 * time.Millisecond, nil
+			}
+			continue
+		case snapshot.StepEmit:
+			if len(b.recs) > 0 {
+				return m.finish(b), true, false, 0, nil
+			}
+			eb, err := s.emitWindow(ctx, step.Window, base, m.frontier)
+			if err != nil {
+				return connect.Batch{}, false, false, 0, err
+			}
+			eb.Position.State = s.withIncr(m.position().State)
+			return eb, true, false, 0, nil
+		default:
+			return connect.Batch{}, false, step.Hold, step.Wait, nil
+		}
+	}
+}
+
+// waitEngine waits, without processing the stream, until the engine may go on.
+func (m *streamer) waitEngine(ctx context.Context, wait time.Duration) error {
+	if wait <= 0 {
+		wait = time.Second
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-m.s.incr.e.Wake():
+	case <-t.C:
+	}
+	return nil
+}
+
+// noteEvent moves the frontier past a processed event: up to the end of the last complete
+// transaction, and past an event outside any transaction (a file's GTID list, a checkpoint).
+func (m *streamer) noteEvent(ev *replication.BinlogEvent) {
+	if m.inTx || m.starting && m.skip > 0 {
+		return
+	}
+	if f := mark(m.boundSeq, m.boundPos); f > m.frontier {
+		m.frontier = f
+	}
+	h := ev.Header
+	if m.starting || h.LogPos == 0 || h.Flags&replication.LOG_EVENT_ARTIFICIAL_F != 0 {
+		return
+	}
+	switch ev.Event.(type) {
+	case *replication.RotateEvent, *replication.HeartbeatEvent, *replication.FormatDescriptionEvent:
+		return
+	}
+	if f := mark(m.seq, h.LogPos); f > m.frontier {
+		m.frontier = f
+	}
+}
+
+// touch reports a row change's record key to the engine when a window of its table is open.
+func (m *streamer) touch(t *table, key any) {
+	in := m.s.incr
+	if key == nil || len(in.e.Windows()) == 0 || !in.e.Watching(t.id()) {
+		return
+	}
+	b, err := connect.AppendJSON(in.keyJSON[:0], key)
+	if err != nil {
+		return
+	}
+	in.keyJSON = b
+	in.e.Touch(t.id(), string(b), mark(m.txSeq, m.txPos), 0)
+}
+
+// touchAll reports a truncate of a table.
+func (m *streamer) touchAll(db, name string) {
+	in := m.s.incr
+	if len(in.e.Windows()) > 0 && in.e.Watching(db+"."+name) {
+		in.e.TouchAll(db+"."+name, mark(m.txSeq, m.txPos), 0)
+	}
+}
+
+// isSignalTable reports whether db.name is the signal table.
+func (s *Source) isSignalTable(db, name string) bool {
+	return s.incr.set.SignalTableEnabled() && strings.EqualFold(db+"."+name, s.incr.set.SignalTable)
+}
+
+// decodes reports whether the rows of db.name are decoded: a captured table or the signal
+// table.
+func (s *Source) decodes(db, name string) bool {
+	return s.cfg.filter.table(db, name) || s.isSignalTable(db, name)
+}
+
+// signalRow applies a row inserted into the signal table (columns id, type, data).
+func (m *streamer) signalRow(t *table, row []any) error {
+	s := m.s
+	col := func(name string) string {
+		for i := range t.cols {
+			if strings.EqualFold(t.cols[i].name, name) && i < len(row) {
+				switch v := row[i].(type) {
+				case string:
+					return v
+				case []byte:
+					return string(v)
+				}
+			}
+		}
+		return ""
+	}
+	id, typ, data := col("id"), col("type"), col("data")
+	if typ == "" {
+		s.log.Warn("signal row without a type ignored", "table", t.id(), "id", id)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := s.incr.e.SignalInline(ctx, typ, []byte(data), id)
+	switch {
+	case err == nil:
+		s.log.Info("signal received", "id", id, "type", typ)
+	case errors.Is(err, snapshot.ErrRequest):
+		s.log.Warn("signal ignored", "id", id, "type", typ, "err", err)
+	default:
+		return err
+	}
+	return nil
+}
