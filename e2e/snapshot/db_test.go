@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
@@ -43,6 +45,12 @@ type sourceDB interface {
 	// signalTable creates a Debezium signal table; signal inserts a signal.
 	signalTable(t testing.TB, table string)
 	signal(t testing.TB, table, id, typ, data string)
+	// insertIfAbsent is a statement inserting row id unless the table has it.
+	insertIfAbsent(table string, id, v int) string
+	// second adapts a configuration for a second connector of the same database (its own
+	// replication slot or server id); offsetField is a field every stream offset has.
+	second(cfg map[string]string)
+	offsetField() string
 }
 
 // PostgreSQL.
@@ -212,6 +220,13 @@ func (d *pgDB) mark(ev *connect.ChangeEvent) string {
 	return fmt.Sprint(v)
 }
 
+func (d *pgDB) insertIfAbsent(table string, id, v int) string {
+	return fmt.Sprintf("INSERT INTO %s (id, v, note) SELECT %d, %d, 'w' WHERE NOT EXISTS (SELECT 1 FROM %s WHERE id = %d)", table, id, v, table, id)
+}
+
+func (d *pgDB) second(cfg map[string]string) { cfg["slot.name"] = "api_" + d.name }
+func (d *pgDB) offsetField() string          { return "lsn" }
+
 func (d *pgDB) signalTable(t testing.TB, table string) {
 	d.exec(t, fmt.Sprintf("CREATE TABLE %s (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL)", table))
 }
@@ -222,6 +237,178 @@ func (d *pgDB) signal(t testing.TB, table, id, typ, data string) {
 		t.Fatal(err)
 	}
 }
+
+// MariaDB.
+
+type mariaDB struct {
+	m        *harness.MariaDB
+	name     string
+	serverID int64
+	conn     *client.Conn
+}
+
+func newMaria(t testing.TB) *mariaDB {
+	t.Helper()
+	m := mariadb(t)
+	n := dbSeq.Add(1)
+	d := &mariaDB{m: m, name: fmt.Sprintf("snap%d_%d", os.Getpid(), n), serverID: 7000 + 10*n}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := m.Exec(ctx, "CREATE DATABASE "+d.name); err != nil {
+		t.Fatal(err)
+	}
+	d.conn = d.connect(t)
+	t.Cleanup(func() {
+		d.conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := m.Exec(ctx, "DROP DATABASE "+d.name); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return d
+}
+
+func (d *mariaDB) connect(t testing.TB) *client.Conn {
+	t.Helper()
+	c, err := client.Connect(d.m.Addr(), d.m.AppUser, d.m.AppPassword, d.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (d *mariaDB) class() string             { return "io.debezium.connector.mysql.MySqlConnector" }
+func (d *mariaDB) id(table string) string    { return d.name + "." + table }
+func (d *mariaDB) topic(table string) string { return "my." + d.name + "." + table }
+
+func (d *mariaDB) config(tables []string, extra map[string]string) map[string]string {
+	ids := make([]string, len(tables))
+	for i, tb := range tables {
+		ids[i] = d.name + "\\." + tb
+	}
+	cfg := map[string]string{
+		"database.hostname":     d.m.Host,
+		"database.port":         strconv.Itoa(d.m.Port),
+		"database.user":         d.m.ReplUser,
+		"database.password":     d.m.ReplPassword,
+		"database.server.id":    strconv.FormatInt(d.serverID, 10),
+		"topic.prefix":          "my",
+		"table.include.list":    strings.Join(ids, ","),
+		"snapshot.mode":         "no_data",
+		"heartbeat.interval.ms": "500",
+	}
+	for k, v := range extra {
+		cfg[k] = v
+	}
+	return cfg
+}
+
+func (d *mariaDB) exec(t testing.TB, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		if _, err := d.conn.Execute(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+func (d *mariaDB) createTable(t testing.TB, table string, rows int) {
+	t.Helper()
+	d.exec(t, fmt.Sprintf("CREATE TABLE %s (id INT PRIMARY KEY, v INT NOT NULL, note TEXT)", table))
+	for lo := 0; lo < rows; lo += 100000 {
+		hi := min(lo+100000, rows) - 1
+		d.exec(t, fmt.Sprintf("INSERT INTO %s SELECT seq, seq %% 1000, CONCAT('row ', seq) FROM seq_%d_to_%d", table, lo, hi))
+	}
+}
+
+func (d *mariaDB) state(t testing.TB, table string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	var res mysql.Result
+	err := d.conn.ExecuteSelectStreaming(fmt.Sprintf("SELECT id, v, note FROM %s", table), &res, func(row []mysql.FieldValue) error {
+		var note *string
+		if row[2].Type != mysql.FieldValueTypeNull {
+			s := string(row[2].AsString())
+			note = &s
+		}
+		id, v := row[0].AsInt64(), row[1].AsInt64()
+		out[rowKey(id)] = rowJSON(id, v, note)
+		return nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (d *mariaDB) writerExec(t testing.TB) func(q string) error {
+	t.Helper()
+	c := d.connect(t)
+	t.Cleanup(func() { c.Close() })
+	return func(q string) error {
+		_, err := c.Execute(q)
+		return err
+	}
+}
+
+func (d *mariaDB) position(t testing.TB) string {
+	t.Helper()
+	r, err := d.conn.Execute("SHOW MASTER STATUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, _ := r.GetString(0, 0)
+	pos, _ := r.GetUint(0, 1)
+	return fmt.Sprintf("%s:%d", file, pos)
+}
+
+// binlogMark is a binlog position as one number: file number << 32 | position.
+func binlogMark(file string, pos uint64) uint64 {
+	i := strings.LastIndexByte(file, '.')
+	seq, _ := strconv.ParseUint(file[i+1:], 10, 32)
+	return seq<<32 | pos
+}
+
+func (d *mariaDB) caughtUp(t testing.TB, off map[string]any, pos string) bool {
+	i := strings.LastIndexByte(pos, ':')
+	wantPos, _ := strconv.ParseUint(pos[i+1:], 10, 64)
+	want := binlogMark(pos[:i], wantPos)
+	if _, snap := off["snapshot"]; snap {
+		return false
+	}
+	file, _ := off["file"].(string)
+	at, ok := off["pos"].(float64)
+	return file != "" && ok && binlogMark(file, uint64(at)) >= want
+}
+
+func (d *mariaDB) mark(ev *connect.ChangeEvent) string {
+	f, _ := ev.Source.Get("file")
+	p, _ := ev.Source.Get("pos")
+	file, _ := f.(string)
+	pos, _ := connect.AsInt64(p)
+	return strconv.FormatUint(binlogMark(file, uint64(pos)), 10)
+}
+
+func (d *mariaDB) signalTable(t testing.TB, table string) {
+	d.exec(t, fmt.Sprintf("CREATE TABLE %s (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL)", table))
+}
+
+func (d *mariaDB) signal(t testing.TB, table, id, typ, data string) {
+	t.Helper()
+	if _, err := d.conn.Execute(fmt.Sprintf("INSERT INTO %s VALUES (?, ?, ?)", table), id, typ, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (d *mariaDB) insertIfAbsent(table string, id, v int) string {
+	return fmt.Sprintf("INSERT IGNORE INTO %s (id, v, note) VALUES (%d, %d, 'w')", table, id, v)
+}
+
+func (d *mariaDB) second(cfg map[string]string) {
+	cfg["database.server.id"] = strconv.FormatInt(d.serverID+1, 10)
+}
+func (d *mariaDB) offsetField() string { return "file" }
 
 // writer hammers a table with single-statement transactions: inserts, updates, deletes and
 // primary key changes, until halted.
@@ -253,7 +440,7 @@ func startWriter(t testing.TB, d sourceDB, table string, keys int, seed uint64) 
 			case r < 3:
 				q = fmt.Sprintf("DELETE FROM %s WHERE id = %d", table, k)
 				if rng.IntN(2) == 0 {
-					q = fmt.Sprintf("INSERT INTO %s (id, v, note) SELECT %d, %d, 'w' WHERE NOT EXISTS (SELECT 1 FROM %s WHERE id = %d)", table, k, rng.IntN(1000000), table, k)
+					q = d.insertIfAbsent(table, k, rng.IntN(1000000))
 				}
 			case r < 7:
 				q = fmt.Sprintf("UPDATE %s SET v = %d, note = 'u%d' WHERE id = %d", table, rng.IntN(1000000), rng.IntN(100), k)

@@ -18,6 +18,7 @@ var kinds = []struct {
 	open func(t testing.TB) sourceDB
 }{
 	{"postgres", func(t testing.TB) sourceDB { return newPG(t) }},
+	{"mysql", func(t testing.TB) sourceDB { return newMaria(t) }},
 }
 
 // waitCaughtUp waits until the committed position is at the server's current position.
@@ -274,12 +275,13 @@ func TestTablesAddedToARunningPipeline(t *testing.T) {
 			// the API: a connector created through it, then c added by PUT of its configuration
 			api := newNode(t, "", nil)
 			api.start()
-			conf := d.config([]string{"a", "b"}, map[string]string{"incremental.snapshot.chunk.size": "2000", "slot.name": "api_" + d.config(nil, nil)["slot.name"]})
+			conf := d.config([]string{"a", "b"}, map[string]string{"incremental.snapshot.chunk.size": "2000"})
+			d.second(conf)
 			conf["connector.class"] = d.class()
 			api.must("PUT", "/connectors/src/config", jsonOf(t, conf), 201)
 			api.waitFor("the connector's first position", time.Minute, func() bool {
 				code, body, _ := api.call("GET", "/connectors/src/offsets", "")
-				return code == 200 && strings.Contains(string(body), `"lsn"`)
+				return code == 200 && strings.Contains(string(body), `"`+d.offsetField()+`"`)
 			})
 			conf["table.include.list"] = d.config([]string{"a", "b", "c"}, nil)["table.include.list"]
 			api.must("PUT", "/connectors/src/config", jsonOf(t, conf), 200)
