@@ -1,14 +1,19 @@
 package runtime_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/sluice-cdc/sluice/connect"
 	"github.com/sluice-cdc/sluice/connect/runtime"
 	"github.com/sluice-cdc/sluice/connect/runtime/runtimetest"
+	"github.com/sluice-cdc/sluice/sources/datagen"
 )
 
 // The pipeline datagen → log → sink delivers every event once into the log and at least once,
@@ -115,4 +120,98 @@ func TestSourceExactlyOnceAcrossFailedAppends(t *testing.T) {
 		t.Fatalf("status %+v: the injected failures (%d) should have caused restarts and replays", st.Tasks[0], failures)
 	}
 	t.Logf("%d injected failures, %d restarts, %d replayed records dropped", failures, st.Tasks[0].Restarts, st.Tasks[0].Replayed)
+}
+
+// ackCheckSource checks, at each Ack, that the log already holds what the acknowledged
+// position covers: the records of every event before it and the position itself.
+type ackCheckSource struct {
+	connect.Source
+	check func(upTo connect.Position)
+}
+
+func (s *ackCheckSource) Ack(ctx context.Context, upTo connect.Position) error {
+	s.check(upTo)
+	return s.Source.Ack(ctx, upTo)
+}
+
+// The source is acknowledged only for what is durable in the log (DESIGN.md §3.1): when Ack
+// runs, the records up to the acknowledged position are appended and the position is the
+// committed one, so a database may release its changes.
+func TestSourceAckedOnlyAfterAppend(t *testing.T) {
+	const events = 2000
+	log := runtimetest.NewLog()
+	cfg := datagenConfig(events, 40, 20, "datagen.rate", "20000")
+	s := settings(t, cfg)
+	var (
+		mu       sync.Mutex
+		problems []string
+		acks     int
+		h        *harness
+	)
+	inLog := func() int64 {
+		var n int64
+		for _, topic := range log.Topics() {
+			if !strings.HasPrefix(topic, "gen.") {
+				continue
+			}
+			parts, err := partitionCount(log, topic)
+			if err != nil {
+				return -1
+			}
+			for p := range parts {
+				end, err := log.LatestOffset(topic, p)
+				if err != nil {
+					return -1
+				}
+				n += end
+			}
+		}
+		return n
+	}
+	check := func(upTo connect.Position) {
+		var st struct {
+			Next int64 `json:"next"`
+		}
+		if err := json.Unmarshal(upTo.State, &st); err != nil {
+			mu.Lock()
+			problems = append(problems, fmt.Sprintf("ack of %s: %v", upTo, err))
+			mu.Unlock()
+			return
+		}
+		want := int64(expectedRecords(s, st.Next))
+		have := inLog()
+		committed, err := h.rt.SourceOffset(context.Background(), "gen")
+		mu.Lock()
+		defer mu.Unlock()
+		acks++
+		switch {
+		case have < want:
+			problems = append(problems, fmt.Sprintf("ack of %s with %d records in the log, want at least %d", upTo.State, have, want))
+		case err != nil || committed.Compare(upTo) < 0:
+			problems = append(problems, fmt.Sprintf("ack of %s before it was committed (committed %s, %v)", upTo.State, committed.State, err))
+		}
+	}
+	p := datagen.Plugin()
+	inner := p.NewSource
+	p.Name, p.NewSource = "checked", func(cfg connect.Config, env connect.Env) (connect.Source, error) {
+		src, err := inner(cfg, env)
+		return &ackCheckSource{Source: src, check: check}, err
+	}
+	h = newHarness(t, log, newRegistry(t, p), func(o *runtime.Options) { o.TopicDefaults.Partitions = 3 })
+	h.add("gen", "checked", cfg)
+	h.start()
+	waitFor(t, "every event to be committed", func() bool {
+		pos, err := h.rt.SourceOffset(t.Context(), "gen")
+		return err == nil && string(pos.State) == `{"v":1,"next":2000}`
+	})
+	h.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Fatalf("%d of %d acks ahead of the log, first: %s", len(problems), acks, problems[0])
+	}
+	if acks < 5 {
+		t.Fatalf("%d acks: the check above proves little", acks)
+	}
+	t.Logf("%d acks checked", acks)
 }
