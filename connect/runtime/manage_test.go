@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -492,4 +494,53 @@ func TestPauseIdleSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "writes after resume", func() bool { return len(sink.Records()) > n+20 })
+}
+
+// A wait returns only once the sink committed the last record the position covers, not one
+// before: the sink writes one record per batch and is held at the last one.
+func TestWaitForTheLastRecord(t *testing.T) {
+	const events = 20
+	log := runtimetest.NewLog()
+	sink := runtimetest.NewSink()
+	cfg := datagenConfig(events, 1000, 5, "datagen.tables", "customers")
+	total := expectedRecords(settings(t, cfg), events)
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	var mu sync.Mutex
+	written := 0
+	sink.Hook = func(batch []connect.Record) error {
+		mu.Lock()
+		last := written+len(batch) >= total
+		mu.Unlock()
+		if last {
+			<-release
+		}
+		mu.Lock()
+		written += len(batch)
+		mu.Unlock()
+		return nil
+	}
+	h := newHarness(t, log, newRegistry(t, sink.Plugin("mem")), nil)
+	h.add("gen", "datagen", cfg)
+	h.add("out", "mem", map[string]string{"topics": "gen.inventory.customers", "consumer.override.max.poll.records": "1"})
+	h.start()
+	t.Cleanup(open) // before the harness stops
+	waitFor(t, "the sink to hold all but the last record", func() bool { return len(sink.Records()) == total-1 })
+	short, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err := h.rt.WaitFor(short, "out", "", strconv.Itoa(events))
+	var te *runtime.WaitTimeoutError
+	if !errors.As(err, &te) || te.Stage != "sink" {
+		t.Fatalf("wait while the last record is unwritten: %v; want a timeout in the sink stage", err)
+	}
+	open()
+	ctx, cancel2 := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel2()
+	if _, err := h.rt.WaitFor(ctx, "out", "", strconv.Itoa(events)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sink.Records()); n != total {
+		t.Fatalf("the sink has %d records right after the wait, want %d", n, total)
+	}
 }
