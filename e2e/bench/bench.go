@@ -17,12 +17,14 @@ import (
 
 // options configure a run.
 type options struct {
-	Bin      string
-	Out      string
-	Only     map[string]bool // nil: all workloads
-	Rows     int
-	Duration time.Duration
-	KeepLogs bool
+	Bin  string
+	Out  string
+	Only map[string]bool // nil: all workloads
+	Rows int
+	// SnapshotRows is the size of W3's table.
+	SnapshotRows int
+	Duration     time.Duration
+	KeepLogs     bool
 }
 
 // bench is one run: the servers, the sluice binaries and the report being filled.

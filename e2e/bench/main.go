@@ -30,10 +30,14 @@ func main() {
 	flag.StringVar(&opts.Bin, "bin", "", "the sluice binary (default: build one into the work dir)")
 	flag.StringVar(&opts.Out, "out", "bench-out", "directory for report.md, report.json, profiles and logs")
 	flag.StringVar(&only, "only", "", "comma-separated workloads to run (W1,W2,W3,W4,W5; default all)")
-	flag.IntVar(&opts.Rows, "rows", 500_000, "rows of the W1/W5 backlog (W3's table has the same count)")
+	flag.IntVar(&opts.Rows, "rows", 500_000, "rows of the W1/W5 backlog")
+	flag.IntVar(&opts.SnapshotRows, "snapshot-rows", 0, "rows of W3's table (default: -rows)")
 	flag.DurationVar(&opts.Duration, "duration", 15*time.Second, "length of each W2 rung and of the W4 run")
 	flag.BoolVar(&opts.KeepLogs, "keep", false, "keep the work dir (sluice logs and data) after the run")
 	flag.Parse()
+	if opts.SnapshotRows <= 0 {
+		opts.SnapshotRows = opts.Rows
+	}
 	for _, w := range strings.Split(only, ",") {
 		if w = strings.ToUpper(strings.TrimSpace(w)); w != "" {
 			if opts.Only == nil {
