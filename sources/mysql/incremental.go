@@ -285,6 +285,10 @@ func (s *Source) dropConn(c *client.Conn) {
 
 var errTableGone = errors.New("table no longer exists")
 
+// errTableDefChanged is ER_TABLE_DEF_CHANGED: a consistent read older than the table's last
+// recreation (TRUNCATE, ALTER ... ALGORITHM=COPY).
+const errTableDefChanged = 1412
+
 // errKeyChanged is the reason a task is abandoned when its table's record key is no longer the
 // key its chunks were read by.
 var errKeyChanged = errors.New("record key changed")
@@ -445,6 +449,7 @@ type openResult struct {
 	low, high snapshot.Mark
 	total     int64
 	err       error
+	again     bool // the read must be done again (the table was recreated meanwhile)
 }
 
 // prepareTasks returns the models of tasks and their connections; a task whose table is gone (or
@@ -519,6 +524,11 @@ func (s *Source) register(results []openResult) error {
 		if r.total >= 0 && r.task.Total < 0 {
 			s.incr.e.SetTotal(r.task, r.total)
 		}
+		if r.again {
+			// no window: the table's chunk is read again at a later boundary
+			s.log.Debug("snapshot chunk read before the table was recreated; reading it again", "table", r.task.Table)
+			continue
+		}
 		s.incr.e.Opened(&snapshot.Window{Task: r.task, Low: r.low, High: r.high, Data: r.read})
 	}
 	return nil
@@ -530,11 +540,16 @@ func (s *Source) openWindow(ctx context.Context, c *client.Conn, m *incrModel, t
 	stop := context.AfterFunc(ctx, func() { abort(c) })
 	defer stop()
 	fail := func(what string, err error) openResult {
-		r.err = fmt.Errorf("snapshot of %s: %s: %w", task.Table, what, err)
 		if ctx.Err() == nil {
 			_, _ = c.Execute("ROLLBACK")
 		}
 		r.read = nil
+		var me *gomysql.MyError
+		if errors.As(err, &me) && me.Code == errTableDefChanged {
+			r.again = true // a DDL (TRUNCATE) recreated the table after the read began
+			return r
+		}
+		r.err = fmt.Errorf("snapshot of %s: %s: %w", task.Table, what, err)
 		return r
 	}
 	if task.Total < 0 {
@@ -859,7 +874,7 @@ func (m *streamer) incrStep(ctx context.Context, b *batch) (out connect.Batch, o
 				return connect.Batch{}, false, false, 0, err
 			}
 			if len(in.e.Windows()) == 0 {
-				// nothing opened (a table gone): ask again at the next boundary
+				// nothing opened (a table gone or recreated): ask again a little later
 				return connect.Batch{}, false, false, 50 * time.Millisecond, nil
 			}
 			continue
