@@ -6,22 +6,24 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluice-cdc/sluice/e2e/harness"
 )
 
-// BenchmarkSnapshotRates measures, in one run and against one durable PostgreSQL, how fast the
-// sluice binary gets a 1,000,000-row table into its log by
+// BenchmarkSnapshotRates measures, in one run and against one durable server of each kind
+// (PostgreSQL, MariaDB), how fast the sluice binary gets a 1,000,000-row table into its log by
 //
-//   - the initial snapshot (snapshot.mode=initial on a new slot), the baseline;
+//   - the initial snapshot (snapshot.mode=initial on a new connector), the baseline;
 //   - an incremental snapshot requested through the API, alone;
 //   - an incremental snapshot while a writer updates, inserts and deletes rows of the table;
 //
 // and reports each rate and its ratio to the baseline (goal: at least 0.7 without load).
 // Rounds alternate the three (SLUICE_BENCH_ROUNDS, default 2) and the medians are
 // reported. Run it with: go test ./e2e/snapshot -run '^$' -bench SnapshotRates -benchtime 1x
+// (-bench SnapshotRates/mysql for one kind).
 func BenchmarkSnapshotRates(b *testing.B) {
 	rows := 1000000
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROWS")); err == nil && v > 0 {
@@ -31,48 +33,117 @@ func BenchmarkSnapshotRates(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	pg, err := harness.StartPostgres(ctx, harness.PostgresOptions{Durable: true})
-	cancel()
-	if err != nil {
-		b.Fatal(err)
+	for _, k := range benchKinds {
+		b.Run(k.name, func(b *testing.B) {
+			d := k.open(b)
+			d.createTable(b, "items", rows)
+			d.analyze(b, "items")
+			var initial, incr, loaded []float64
+			var writes []int64
+			for range b.N {
+				for r := range rounds {
+					initial = append(initial, initialRate(b, d, rows, r))
+					incr = append(incr, incrementalRate(b, d, rows, r, false, nil))
+					var w int64
+					loaded = append(loaded, incrementalRate(b, d, rows, r, true, &w))
+					writes = append(writes, w)
+				}
+			}
+			mi, mn, ml := median(initial), median(incr), median(loaded)
+			b.ReportMetric(mi, "initial_rows/s")
+			b.ReportMetric(mn, "incremental_rows/s")
+			b.ReportMetric(ml, "incremental_under_writes_rows/s")
+			b.ReportMetric(mn/mi, "ratio_incremental/initial")
+			b.ReportMetric(ml/mi, "ratio_under_writes/initial")
+			b.Logf("%s: %d rows, %d rounds: initial %v rows/s, incremental %v, incremental under writes %v (writes per round %v)", k.name, rows, rounds, rounded(initial), rounded(incr), rounded(loaded), writes)
+		})
 	}
-	b.Cleanup(func() {
-		if err := pg.Close(); err != nil {
-			b.Error(err)
-		}
-	})
-	servers.mu.Lock()
-	prev := servers.pg
-	servers.pg = pg
-	servers.mu.Unlock()
-	defer func() {
-		servers.mu.Lock()
-		servers.pg = prev
-		servers.mu.Unlock()
-	}()
+}
 
-	d := newPG(b)
-	d.createTable(b, "items", rows)
-	d.exec(b, "VACUUM ANALYZE items")
-	var initial, incr, loaded []float64
-	var writes []int64
-	for range b.N {
-		for r := range rounds {
-			initial = append(initial, initialRate(b, d, rows, r))
-			incr = append(incr, incrementalRate(b, d, rows, r, false, nil))
-			var w int64
-			loaded = append(loaded, incrementalRate(b, d, rows, r, true, &w))
-			writes = append(writes, w)
+// benchDB is a sourceDB the benchmark can run connectors of.
+type benchDB interface {
+	sourceDB
+	// analyze refreshes the table's statistics (the estimate of its rows).
+	analyze(t testing.TB, table string)
+	// connector adapts a configuration for connector number n of the benchmark (its own slot
+	// or server id, nothing left behind when it stops).
+	connector(cfg map[string]string, n string)
+	// streaming reports whether a committed offset is past the initial snapshot.
+	streaming(off map[string]any) bool
+}
+
+// benchKinds start a durable server of their own for the benchmark.
+var benchKinds = []struct {
+	name string
+	open func(b *testing.B) benchDB
+}{
+	{"postgres", func(b *testing.B) benchDB {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		pg, err := harness.StartPostgres(ctx, harness.PostgresOptions{Durable: true})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
 		}
-	}
-	mi, mn, ml := median(initial), median(incr), median(loaded)
-	b.ReportMetric(mi, "initial_rows/s")
-	b.ReportMetric(mn, "incremental_rows/s")
-	b.ReportMetric(ml, "incremental_under_writes_rows/s")
-	b.ReportMetric(mn/mi, "ratio_incremental/initial")
-	b.ReportMetric(ml/mi, "ratio_under_writes/initial")
-	b.Logf("%d rows, %d rounds: initial %v rows/s, incremental %v, incremental under writes %v (writes per round %v)", rows, rounds, rounded(initial), rounded(incr), rounded(loaded), writes)
+		servers.mu.Lock()
+		prev := servers.pg
+		servers.pg = pg
+		servers.mu.Unlock()
+		b.Cleanup(func() {
+			servers.mu.Lock()
+			servers.pg = prev
+			servers.mu.Unlock()
+			if err := pg.Close(); err != nil {
+				b.Error(err)
+			}
+		})
+		return newPG(b)
+	}},
+	{"mysql", func(b *testing.B) benchDB {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		m, err := harness.StartMariaDB(ctx, harness.MariaDBOptions{Durable: true})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		servers.mu.Lock()
+		prev := servers.maria
+		servers.maria = m
+		servers.mu.Unlock()
+		b.Cleanup(func() {
+			servers.mu.Lock()
+			servers.maria = prev
+			servers.mu.Unlock()
+			if err := m.Close(); err != nil {
+				b.Error(err)
+			}
+		})
+		return newMaria(b)
+	}},
+}
+
+func (d *pgDB) analyze(t testing.TB, table string) { d.exec(t, "VACUUM ANALYZE "+table) }
+
+func (d *pgDB) connector(cfg map[string]string, n string) {
+	cfg["slot.name"] = d.name + "_" + n
+	cfg["slot.drop.on.stop"] = "true"
+}
+
+func (d *pgDB) streaming(off map[string]any) bool {
+	_, snap := off["snapshot"]
+	return !snap && off["lsn"] != nil
+}
+
+func (d *mariaDB) analyze(t testing.TB, table string) { d.exec(t, "ANALYZE TABLE "+table) }
+
+var benchServerID atomic.Int64
+
+func (d *mariaDB) connector(cfg map[string]string, n string) {
+	cfg["database.server.id"] = strconv.FormatInt(9000+benchServerID.Add(1), 10)
+}
+
+func (d *mariaDB) streaming(off map[string]any) bool {
+	_, snap := off["snapshot"]
+	return !snap && off["file"] != nil
 }
 
 func median(xs []float64) float64 {
@@ -103,18 +174,15 @@ func (n *node) committedDone(what string, done func(off map[string]any) bool) {
 
 // initialRate creates a connector through the API whose initial snapshot reads the table into
 // a new log; it is done when the committed position is a stream position.
-func initialRate(b *testing.B, d *pgDB, rows, round int) float64 {
+func initialRate(b *testing.B, d benchDB, rows, round int) float64 {
 	n := newNode(b, "", nil)
 	n.start()
-	cfg := d.config([]string{"items"}, map[string]string{"snapshot.mode": "initial", "slot.name": fmt.Sprintf("%s_init%d", d.name, round),
-		"slot.drop.on.stop": "true", "offset.flush.interval.ms": "0"})
+	cfg := d.config([]string{"items"}, map[string]string{"snapshot.mode": "initial", "offset.flush.interval.ms": "0"})
+	d.connector(cfg, fmt.Sprintf("init%d", round))
 	cfg["connector.class"] = d.class()
 	start := time.Now()
 	n.must("PUT", "/connectors/src/config", jsonOf(b, cfg), 201)
-	n.committedDone("the initial snapshot", func(off map[string]any) bool {
-		_, snap := off["snapshot"]
-		return !snap && off["lsn"] != nil
-	})
+	n.committedDone("the initial snapshot", d.streaming)
 	el := time.Since(start)
 	n.stop()
 	return float64(rows) / el.Seconds()
@@ -122,9 +190,9 @@ func initialRate(b *testing.B, d *pgDB, rows, round int) float64 {
 
 // incrementalRate runs a streaming connector and times an incremental snapshot of the table
 // (with a writer running when load is set), until the committed position says it is done.
-func incrementalRate(b *testing.B, d *pgDB, rows, round int, load bool, writes *int64) float64 {
-	cfg := d.config([]string{"items"}, map[string]string{"slot.name": fmt.Sprintf("%s_incr%d_%t", d.name, round, load),
-		"slot.drop.on.stop": "true", "offset.flush.interval.ms": "0"})
+func incrementalRate(b *testing.B, d benchDB, rows, round int, load bool, writes *int64) float64 {
+	cfg := d.config([]string{"items"}, map[string]string{"offset.flush.interval.ms": "0"})
+	d.connector(cfg, fmt.Sprintf("incr%d_%t", round, load))
 	n := newNode(b, d.class(), cfg)
 	n.start()
 	var w *writer
@@ -133,7 +201,7 @@ func incrementalRate(b *testing.B, d *pgDB, rows, round int, load bool, writes *
 		n.waitFor("writes", time.Minute, func() bool { return w.writes.Load() > 100 })
 	}
 	start := time.Now()
-	n.must("POST", "/connectors/src/snapshots", `{"data-collections":["public.items"]}`, 202)
+	n.must("POST", "/connectors/src/snapshots", `{"data-collections":["`+escape(d.id("items"))+`"]}`, 202)
 	n.committedDone("the incremental snapshot", func(off map[string]any) bool {
 		inc, _ := off["incremental"].(map[string]any)
 		if inc == nil {
