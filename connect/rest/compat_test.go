@@ -89,6 +89,19 @@ func status(t *testing.T, r response) (connector string, tasks []string) {
 func TestKafkaConnectCompatibility(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	waitRunning := func(name string) func(e *env) { return func(e *env) { e.waitTask(name, "RUNNING") } }
+	// Restarts of gen are counted by the runtime's "connector restarted" log line.
+	restarted := func() int {
+		n := 0
+		for _, l := range strings.Split(e.logs.String(), "\n") {
+			if strings.Contains(l, `msg="connector restarted"`) && strings.Contains(l, "connector=gen") {
+				n++
+			}
+		}
+		return n
+	}
+	mark := 0
+	markRestarts := func(*env) { mark = restarted() }
+	restartsSinceMark := func() int { return restarted() - mark }
 	steps := []step{
 		{name: "root: version, commit, cluster id", method: "GET", path: "/", status: 200, check: func(t *testing.T, r response) {
 			m := r.obj(t)
@@ -211,12 +224,18 @@ func TestKafkaConnectCompatibility(t *testing.T) {
 				t.Fatalf("body %q", r.body)
 			}
 		}},
-		{name: "restart with includeTasks: 202 with the status", method: "POST", path: "/connectors/gen/restart?includeTasks=true", status: 202, check: func(t *testing.T, r response) {
+		{name: "restart with includeTasks: 202 with the status", before: markRestarts, method: "POST", path: "/connectors/gen/restart?includeTasks=true", status: 202, check: func(t *testing.T, r response) {
 			status(t, r)
+			if n := restartsSinceMark(); n != 1 {
+				t.Fatalf("gen logged %d restarts, want 1", n)
+			}
 		}},
-		{name: "restart with onlyFailed of a running connector: 202, nothing restarted", method: "POST", path: "/connectors/gen/restart?includeTasks=true&onlyFailed=true", status: 202, check: func(t *testing.T, r response) {
+		{name: "restart with onlyFailed of a running connector: 202, nothing restarted", before: func(e *env) { e.waitTask("gen", "RUNNING"); markRestarts(e) }, method: "POST", path: "/connectors/gen/restart?includeTasks=true&onlyFailed=true", status: 202, check: func(t *testing.T, r response) {
 			if c, tasks := status(t, r); c != "RUNNING" || fmt.Sprint(tasks) != "[RUNNING]" {
 				t.Fatalf("connector %s tasks %v", c, tasks)
+			}
+			if n := restartsSinceMark(); n != 0 {
+				t.Fatalf("gen logged %d restarts, want none: only a failed task restarts", n)
 			}
 		}},
 		{name: "restart with a bad includeTasks: 400", method: "POST", path: "/connectors/gen/restart?includeTasks=yes", status: 400, check: func(t *testing.T, r response) {
