@@ -47,6 +47,7 @@ func TestSnapshotEndpoints(t *testing.T) {
 		t.Fatalf("create: %d %s", r.status, r.body)
 	}
 	e.waitTask("src", "RUNNING")
+	waitSourceOpen(t, e, "src")
 
 	r := e.do("POST", "/connectors/src/snapshots", `{"data-collections":["public\\.orders"],"additional-conditions":[{"data-collection":"public.orders","filter":"region = 'eu'"}]}`)
 	if r.status != http.StatusAccepted || r.header.Get("Location") != "/connectors/src/snapshots" {
@@ -102,6 +103,7 @@ func TestSnapshotEndpoints(t *testing.T) {
 		t.Fatalf("create gen: %d %s", r.status, r.body)
 	}
 	e.waitTask("gen", "RUNNING")
+	waitSourceOpen(t, e, "gen")
 	if r := e.do("GET", "/connectors/gen/snapshots", ""); r.status != 400 || !strings.Contains(string(r.body), "does not support incremental snapshots") {
 		t.Fatalf("datagen: %d %s", r.status, r.body)
 	}
@@ -111,4 +113,14 @@ func TestSnapshotEndpoints(t *testing.T) {
 	if r := e.do("GET", "/connectors/src/snapshots", ""); r.status != 409 || !strings.Contains(string(r.body), "is STOPPED") {
 		t.Fatalf("stopped: %d %s", r.status, r.body)
 	}
+}
+
+// waitSourceOpen waits until the snapshot API of a source stops answering that it is starting:
+// the task is RUNNING before its source is open.
+func waitSourceOpen(t *testing.T, e *env, name string) {
+	t.Helper()
+	waitFor(t, name+"'s source to be open", func() bool {
+		r := e.do("GET", "/connectors/"+name+"/snapshots", "")
+		return r.status != http.StatusConflict || !strings.Contains(string(r.body), "is starting")
+	})
 }
