@@ -210,6 +210,11 @@ func TestLoggerLevels(t *testing.T) {
 		t.Fatal(r.status)
 	}
 	e.waitTask("gen", "RUNNING")
+	// The task is RUNNING before its start is logged; a line whose level was checked before
+	// the change below may still be written after it.
+	waitFor(t, "gen's source to open", func() bool {
+		return strings.Contains(e.logs.String(), `msg="source opening" component=runtime connector=gen`)
+	})
 	if r := e.do("PUT", "/admin/loggers/connector.gen", `{"level":"ERROR"}`); r.status != 200 {
 		t.Fatal(r.status)
 	}
