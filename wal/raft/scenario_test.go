@@ -405,9 +405,31 @@ func TestScenarioSlowFollower(t *testing.T) {
 	if hw := s.nodes[slow].g.rl.HighWatermark(); hw != 0 {
 		t.Fatalf("slow follower's high watermark %d before it got anything", hw)
 	}
+	// The leader's status names the slow follower's lag: every entry after
+	// what it acknowledged (the no-op at most).
+	lagOf := func() (FollowerStatus, PartitionStatus) {
+		ld.g.mu.Lock()
+		defer ld.g.mu.Unlock()
+		st := ld.g.status
+		for _, f := range st.Followers {
+			if f.Node == slow {
+				return f, st
+			}
+		}
+		t.Fatalf("leader's status has no follower %d: %+v", slow, st.Followers)
+		return FollowerStatus{}, st
+	}
+	f, st := lagOf()
+	if st.Role != "leader" || st.Term != ld.g.term || st.CommitIndex != st.LastIndex || f.Lag != st.LastIndex-f.Match || f.Lag < 20 {
+		t.Fatalf("leader status with a held follower: %+v, follower %+v; want role leader, commit = last, lag >= 20 = last - match", st, f)
+	}
 	s.release(slow)
 	s.tick(3)
 	s.sameLogs(acked)
+	s.process(ld)
+	if f, st := lagOf(); f.Lag != 0 || f.Match != st.LastIndex {
+		t.Fatalf("caught-up follower: %+v (leader's last index %d), want lag 0", f, st.LastIndex)
+	}
 }
 
 func TestScenarioFollowerFarBehind(t *testing.T) {
