@@ -63,6 +63,8 @@ func killPipeline(dir string) string {
 	return fmt.Sprintf(`log:
   dir: %s
   partitions: %d
+rest:
+  listeners: []
 connectors:
   - name: gen
     class: datagen
@@ -223,6 +225,11 @@ func TestKillLoop(t *testing.T) {
 		logPath := filepath.Join(dir, fmt.Sprintf("run-%03d.log", i))
 		p := start(t, bin, pipeline, logPath)
 		time.Sleep(time.Duration(150+rng.IntN(1200)) * time.Millisecond)
+		select {
+		case <-p.exited: // a run that ends by itself would make the kill prove nothing
+			t.Fatalf("run %d: sluice exited before the kill: %v\n%s", i, p.err, tail(logPath))
+		default:
+		}
 		if i%4 == 3 {
 			p.cmd.Process.Signal(syscall.SIGTERM)
 			if err := p.wait(); err != nil {
