@@ -1,10 +1,14 @@
 package runtime_test
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -286,4 +290,71 @@ func between(s, a, b string) string {
 		return s[:j]
 	}
 	return s
+}
+
+// backoffLog collects the backoff of each "task failed; restarting" line.
+type backoffLog struct {
+	mu       sync.Mutex
+	backoffs []time.Duration
+}
+
+func (l *backoffLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *backoffLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *backoffLog) WithGroup(string) slog.Handler            { return l }
+func (l *backoffLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "task failed; restarting" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "backoff" {
+			l.mu.Lock()
+			l.backoffs = append(l.backoffs, a.Value.Duration())
+			l.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+func (l *backoffLog) get() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Duration(nil), l.backoffs...)
+}
+
+// Retriable failures restart the task after a backoff that doubles from the initial one up to
+// errors.retry.delay.max.ms, and starts again from the initial one once the task made
+// progress.
+func TestRestartBackoff(t *testing.T) {
+	log := runtimetest.NewLog()
+	sink := runtimetest.NewSink()
+	var failing atomic.Bool
+	failing.Store(true)
+	sink.Hook = func([]connect.Record) error {
+		if failing.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	}
+	bl := &backoffLog{}
+	h := newHarness(t, log, newRegistry(t, sink.Plugin("mem")), func(o *runtime.Options) {
+		o.Logger = slog.New(bl)
+		o.InitialBackoff = time.Millisecond
+	})
+	h.add("gen", "datagen", datagenConfig(0, 20, 5, "datagen.rate", "2000"))
+	h.add("out", "mem", map[string]string{"topics.regex": `gen\..*`, "errors.retry.delay.max.ms": "8"})
+	h.start()
+	ms := time.Millisecond
+	waitFor(t, "six restarts", func() bool { return len(bl.get()) >= 6 })
+	if diff := cmp.Diff([]time.Duration{ms, 2 * ms, 4 * ms, 8 * ms, 8 * ms, 8 * ms}, bl.get()[:6]); diff != "" {
+		t.Fatalf("backoffs of the first restarts (-want +got):\n%s", diff)
+	}
+	failing.Store(false)
+	waitFor(t, "writes", func() bool { return len(sink.Records()) > 0 })
+	n := len(bl.get())
+	failing.Store(true)
+	waitFor(t, "a restart after the writes", func() bool { return len(bl.get()) > n })
+	if got := bl.get()[n]; got != ms {
+		t.Fatalf("backoff after the task made progress: %v, want the initial %v", got, ms)
+	}
 }
