@@ -358,3 +358,46 @@ func TestRestartBackoff(t *testing.T) {
 		t.Fatalf("backoff after the task made progress: %v, want the initial %v", got, ms)
 	}
 }
+
+// With errors.deadletterqueue.context.headers.enable=false a rejected record reaches the
+// dead-letter topic with its own headers only.
+func TestDLQWithoutContextHeaders(t *testing.T) {
+	const events = 100
+	log := runtimetest.NewLog()
+	sink := runtimetest.NewSink()
+	sink.Hook = poisonHook
+	h := newHarness(t, log, newRegistry(t, sink.Plugin("mem")), nil)
+	cfg := datagenConfig(events, 30, 30, "datagen.tables", "customers")
+	h.add("gen", "datagen", cfg)
+	h.add("out", "mem", map[string]string{
+		"topics": "gen.inventory.customers", "errors.tolerance": "all",
+		"errors.deadletterqueue.topic.name":             "dlq-out",
+		"errors.deadletterqueue.context.headers.enable": "false",
+	})
+	h.start()
+	total := expectedRecords(settings(t, cfg), events)
+	waitFor(t, "the sink to pass every record", func() bool {
+		n, _ := log.LatestOffset("dlq-out", 0)
+		return distinct(sink.Records())+int(n) == total
+	})
+	h.stop()
+	dlq := log.Records("dlq-out", 0)
+	if len(dlq) == 0 {
+		t.Fatal("no record in the dead-letter topic")
+	}
+	src := log.Records("gen.inventory.customers", 0)
+	for i, d := range dlq {
+		var orig *runtime.LogRecord
+		for j := range src {
+			if string(src[j].Key) == string(d.Key) && string(src[j].Value) == string(d.Value) {
+				orig = &src[j]
+			}
+		}
+		if orig == nil {
+			t.Fatalf("DLQ record %d (key %s) is not a record of the topic", i, d.Key)
+		}
+		if diff := cmp.Diff(orig.Headers, d.Headers); diff != "" {
+			t.Fatalf("DLQ record %d headers (-original +got):\n%s", i, diff)
+		}
+	}
+}
