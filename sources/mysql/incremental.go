@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/go-mysql-org/go-mysql/client"
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
@@ -33,7 +34,9 @@ import (
 // starts at or after it (the server takes both under its commit order), so the window is exact:
 // Low = High = P. The chunk's rows that a transaction starting at or after P changes are
 // dropped when the stream delivers that change; the rest are emitted once the stream has
-// passed P, with P as their version. Nothing is written to the server.
+// passed P, with P as their version. Nothing is written to the server. A transaction is in the
+// binlog (and may reach the stream) a moment before it is visible to reads: a read whose P is
+// not above the last transaction the stream processed is done again.
 //
 // MySQL has no such status: the window runs from SHOW MASTER STATUS (SHOW BINARY LOG STATUS)
 // before the read (Low) to the same after it (High), as in DBLog. A transaction whose binlog
@@ -57,9 +60,7 @@ type incr struct {
 	engineOrder []byte // Order of the last record or batch the engine made
 	pf          *prefetch
 
-	fields  fieldArena
-	bx      boxer
-	keyJSON []byte
+	keyJSON []byte // the stream's de-duplication keys
 }
 
 // incrModel is how a task's table is read.
@@ -429,11 +430,14 @@ func readChunk(c *client.Conn, m *incrModel, task *snapshot.Task) (*rowSet, []st
 	return rs, last, nil
 }
 
-// incrRead is what a window holds: the rows read (incremental), or the open transaction
-// (blocking).
+// incrRead is what a window holds: the rows read, converted (incremental), or the open
+// transaction (blocking).
 type incrRead struct {
 	m         *incrModel
-	rows      *rowSet
+	n         int              // rows read
+	recs      []connect.Record // the rows as records, without Positions
+	keys      []byte           // the JSON of their record keys, one after the other
+	ends      []int            // where each key ends in keys
 	last      []string
 	exhausted bool
 	readAt    time.Time
@@ -529,6 +533,16 @@ func (s *Source) register(results []openResult) error {
 			s.log.Debug("snapshot chunk read before the table was recreated; reading it again", "table", r.task.Table)
 			continue
 		}
+		if m := s.strm; m != nil && m.lastTx >= r.low {
+			// the stream already processed a transaction the read does not hold: MariaDB writes
+			// a transaction to the binlog before it becomes visible, so a read can begin between
+			// the two. Read again (a moment later the transaction is visible).
+			s.log.Debug("snapshot chunk read before a streamed transaction became visible; reading it again", "table", r.task.Table)
+			if r.read.conn != nil {
+				_, _ = r.read.conn.Execute("ROLLBACK")
+			}
+			continue
+		}
 		s.incr.e.Opened(&snapshot.Window{Task: r.task, Low: r.low, High: r.high, Data: r.read})
 	}
 	return nil
@@ -557,6 +571,7 @@ func (s *Source) openWindow(ctx context.Context, c *client.Conn, m *incrModel, t
 	}
 	maria := s.flavor == gomysql.MariaDBFlavor
 	read := &incrRead{m: m}
+	var rows *rowSet
 	if !maria {
 		file, pos, err := s.binlogHead(c)
 		if err != nil {
@@ -599,10 +614,10 @@ func (s *Source) openWindow(ctx context.Context, c *client.Conn, m *incrModel, t
 		read.conn = c
 	} else {
 		var err error
-		if read.rows, read.last, err = readChunk(c, m, task); err != nil {
+		if rows, read.last, err = readChunk(c, m, task); err != nil {
 			return fail("read", err)
 		}
-		read.exhausted = read.rows.n < task.ChunkSize
+		read.exhausted = rows.n < task.ChunkSize
 		if _, err := c.Execute("COMMIT"); err != nil {
 			return fail("commit", err)
 		}
@@ -618,6 +633,12 @@ func (s *Source) openWindow(ctx context.Context, c *client.Conn, m *incrModel, t
 		}
 		read.file, read.pos = file, pos
 		r.high = mark(seq, pos)
+	}
+	if rows != nil {
+		if err := s.convert(read, rows, task); err != nil {
+			r.err = err
+			return r
+		}
 	}
 	r.read = read
 	return r
@@ -716,18 +737,90 @@ func (in *incr) dropPrefetch() {
 	}
 }
 
+// convert turns the rows of a chunk into records (without their Positions) and the JSON of
+// their record keys, the de-duplication keys. It runs where the chunk was read: for a chunk
+// read ahead, in the background while the last chunk goes to the log.
+func (s *Source) convert(rd *incrRead, rs *rowSet, task *snapshot.Task) error {
+	t := rd.m.t
+	seq, _ := fileSeq(rd.file)
+	ver := version(seq, rd.pos)
+	src := any(s.sourceBlock(rd.readAt.UnixMilli(), "incremental", t.db, t.name, 0, nil, rd.file, rd.pos, 0, nil))
+	// slabs of their own: the records outlive this call and the next chunk's
+	var fields fieldArena
+	var bx boxer
+	opts := &s.opts
+	nowMs := bx.int(s.now().UnixMilli())
+	nk := len(t.key)
+	nkf := nk
+	if t.keyPrefix {
+		nkf = 0
+	}
+	rd.n = rs.n
+	rd.recs = make([]connect.Record, 0, rs.n)
+	rd.keys = make([]byte, 0, rs.n*16)
+	rd.ends = make([]int, 0, rs.n)
+	for r := 0; r < rs.n; r++ {
+		row := rs.row(r)
+		blk := fields.newBlock(0, t.nOut, nkf)
+		for i := range t.cols {
+			c := &t.cols[i]
+			if c.excluded {
+				continue
+			}
+			v, err := c.snapshotValue(&row[i], opts, &bx)
+			if err != nil {
+				return fmt.Errorf("snapshot of %s: %w", task.Table, err)
+			}
+			if c.mask != nil {
+				v = c.mask(v)
+			}
+			blk.after[c.out] = connect.Field{Name: c.name, Value: v}
+		}
+		var key connect.Row
+		if t.keyPrefix {
+			key = blk.after[:nk:nk]
+		} else {
+			for j, i := range t.key {
+				c := &t.cols[i]
+				if !c.excluded && c.mask == nil {
+					blk.key[j] = blk.after[c.out]
+					continue
+				}
+				v, err := c.snapshotValue(&row[i], opts, &bx)
+				if err != nil {
+					return fmt.Errorf("snapshot of %s: key: %w", task.Table, err)
+				}
+				blk.key[j] = connect.Field{Name: c.name, Value: v}
+			}
+			key = blk.key
+		}
+		var err error
+		if rd.keys, err = connect.AppendJSON(rd.keys, key); err != nil {
+			return fmt.Errorf("snapshot of %s: key: %w", task.Table, err)
+		}
+		rd.ends = append(rd.ends, len(rd.keys))
+		rd.recs = append(rd.recs, connect.Record{
+			Topic: t.topic, Partition: -1, Offset: -1, Timestamp: rd.readAt,
+			Key: bx.row(key), Value: blk.envelope(&bx, nil, blk.after, src, connect.OpRead, nowMs),
+			Version: ver,
+		})
+	}
+	return nil
+}
+
 // emitWindow emits a window's rows (for a blocking window, its next chunk) as one batch.
 func (s *Source) emitWindow(ctx context.Context, w *snapshot.Window, base []byte, frontier snapshot.Mark) (connect.Batch, error) {
 	in := s.incr
 	rd := w.Data.(*incrRead)
-	m, task, t := rd.m, w.Task, rd.m.t
+	task := w.Task
 	if w.Blocking() {
 		stop := context.AfterFunc(ctx, func() { abort(rd.conn) })
-		var err error
-		rd.rows, rd.last, err = readChunk(rd.conn, m, task)
+		rs, last, err := readChunk(rd.conn, rd.m, task)
 		if err == nil {
-			rd.exhausted = rd.rows.n < task.ChunkSize
-			if rd.exhausted {
+			rd.last = last
+			rd.exhausted = rs.n < task.ChunkSize
+			err = s.convert(rd, rs, task)
+			if err == nil && rd.exhausted {
 				if _, cerr := rd.conn.Execute("COMMIT"); cerr != nil {
 					err = fmt.Errorf("snapshot of %s: commit: %w", task.Table, cerr)
 				}
@@ -740,73 +833,25 @@ func (s *Source) emitWindow(ctx context.Context, w *snapshot.Window, base []byte
 		}
 	}
 	em := in.e.StartEmit(w, base, frontier)
-	seq, _ := fileSeq(rd.file)
-	ver := version(seq, rd.pos)
-	src := any(s.sourceBlock(rd.readAt.UnixMilli(), "incremental", t.db, t.name, 0, nil, rd.file, rd.pos, 0, nil))
-	in.fields.reset()
-	in.bx.reset()
-	opts := &s.opts
-	nowMs := in.bx.int(s.now().UnixMilli())
-	nk := len(t.key)
-	nkf := nk
-	if t.keyPrefix {
-		nkf = 0
-	}
-	recs := make([]connect.Record, 0, rd.rows.n+4)
-	for r := 0; r < rd.rows.n; r++ {
-		row := rd.rows.row(r)
-		blk := in.fields.newBlock(0, t.nOut, nkf)
-		for i := range t.cols {
-			c := &t.cols[i]
-			if c.excluded {
-				continue
-			}
-			v, err := c.snapshotValue(&row[i], opts, &in.bx)
-			if err != nil {
-				return connect.Batch{}, fmt.Errorf("snapshot of %s: %w", task.Table, err)
-			}
-			if c.mask != nil {
-				v = c.mask(v)
-			}
-			blk.after[c.out] = connect.Field{Name: c.name, Value: v}
-		}
-		var key connect.Row
-		switch {
-		case t.keyPrefix:
-			key = blk.after[:nk:nk]
-		default:
-			for j, i := range t.key {
-				c := &t.cols[i]
-				if !c.excluded && c.mask == nil {
-					blk.key[j] = blk.after[c.out]
-					continue
-				}
-				v, err := c.snapshotValue(&row[i], opts, &in.bx)
-				if err != nil {
-					return connect.Batch{}, fmt.Errorf("snapshot of %s: key: %w", task.Table, err)
-				}
-				blk.key[j] = connect.Field{Name: c.name, Value: v}
-			}
-			key = blk.key
-		}
-		var err error
-		if in.keyJSON, err = connect.AppendJSON(in.keyJSON[:0], key); err != nil {
-			return connect.Batch{}, fmt.Errorf("snapshot of %s: key: %w", task.Table, err)
-		}
-		if !em.Keep(string(in.keyJSON)) {
+	// the kept records, in place
+	recs := rd.recs[:0]
+	start := 0
+	for i := range rd.recs {
+		end := rd.ends[i]
+		key := unsafe.String(unsafe.SliceData(rd.keys[start:end]), end-start) // never written again
+		start = end
+		if !em.Keep(key) {
 			continue
 		}
-		recs = append(recs, connect.Record{
-			Topic: t.topic, Partition: -1, Offset: -1, Timestamp: rd.readAt,
-			Key: in.bx.row(key), Value: blk.envelope(&in.bx, nil, blk.after, src, connect.OpRead, nowMs),
-			Version: ver, Position: em.Next(),
-		})
+		r := rd.recs[i]
+		r.Position = em.Next()
+		recs = append(recs, r)
 	}
 	s.stats.events.Add(int64(len(recs)))
-	s.addScanned(task.Table, int64(rd.rows.n), task.Total)
-	notes, end := em.Done(rd.rows.n, rd.last, rd.exhausted)
+	s.addScanned(task.Table, int64(rd.n), task.Total)
+	notes, end := em.Done(rd.n, rd.last, rd.exhausted)
 	recs = append(recs, notes...)
-	rd.rows = nil
+	rd.recs, rd.keys, rd.ends = nil, nil, nil
 	if !w.Blocking() {
 		if err := s.startPrefetch(ctx); err != nil {
 			return connect.Batch{}, err

@@ -281,8 +281,9 @@ func TestIncrementalSnapshotUnderWrites(t *testing.T) {
 			w.halt(t)
 			l.catchUp(t, m, src)
 			topic := "test." + db + ".t"
-			if d := diffStates(tableState(t, m, db, "t"), l.fold(t, topic)); d != "" {
-				t.Fatalf("derived state differs from the table (%d writes):\n%s", w.writes.Load(), d)
+			want, got := tableState(t, m, db, "t"), l.fold(t, topic)
+			if d := diffStates(want, got); d != "" {
+				t.Fatalf("derived state differs from the table (%d writes):\n%s\n%s", w.writes.Load(), d, keyHistory(t, l.recs, topic, want, got))
 			}
 			ops := countOps(t, l.recs, topic)
 			notes := 0
@@ -734,4 +735,41 @@ func TestIncrementalSnapshotTruncate(t *testing.T) {
 	if d := diffStates(tableState(t, m, db, "t"), l.fold(t, "test."+db+".t")); d != "" {
 		t.Fatalf("derived state differs from the table:\n%s", d)
 	}
+}
+
+// keyHistory lists the records of the keys whose folded state differs from the table, for a
+// failure message.
+func keyHistory(t testing.TB, recs []connect.Record, topic string, want, got map[string]string) string {
+	t.Helper()
+	bad := map[string]bool{}
+	for k, v := range want {
+		if got[k] != v {
+			bad[k] = true
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			bad[k] = true
+		}
+	}
+	var out []string
+	for i, r := range recs {
+		if r.Topic != topic {
+			continue
+		}
+		k, _ := connect.AppendJSON(nil, r.Key)
+		if !bad[string(k)] || len(out) > 40 {
+			continue
+		}
+		if r.Value == nil {
+			out = append(out, fmt.Sprintf("#%d %s tombstone", i, k))
+			continue
+		}
+		ev := event(t, r)
+		file, _ := ev.Source.Get("file")
+		pos, _ := ev.Source.Get("pos")
+		img, _ := connect.AppendJSON(nil, ev.After)
+		out = append(out, fmt.Sprintf("#%d %s op %s at %v:%v version %x order %x: %s", i, k, ev.Op, file, pos, r.Version, r.Position.Order, img))
+	}
+	return strings.Join(out, "\n")
 }

@@ -81,8 +81,10 @@ type streamer struct {
 	boundPos  uint32
 
 	// frontier is the binlog position up to which every transaction has been processed (the
-	// incremental snapshot engine's view of the stream)
+	// incremental snapshot engine's view of the stream); lastTx the start of the last
+	// transaction processed
 	frontier snapshot.Mark
+	lastTx   snapshot.Mark
 
 	cur      *replication.RowsEvent // rows event being emitted
 	curRow   int                    // next row (image) index in cur
@@ -658,6 +660,7 @@ func (m *streamer) beginTx(start uint32, h *replication.EventHeader, gtid string
 func (m *streamer) endTx(next uint32) {
 	if m.inTx {
 		m.s.stats.txns.Add(1)
+		m.lastTx = max(m.lastTx, mark(m.txSeq, m.txPos))
 	}
 	m.inTx = false
 	m.skip = 0
