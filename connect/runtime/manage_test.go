@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/sluice-cdc/sluice/connect"
 	"github.com/sluice-cdc/sluice/connect/runtime"
 	"github.com/sluice-cdc/sluice/connect/runtime/runtimetest"
+	"github.com/sluice-cdc/sluice/sources/datagen"
 )
 
 // countRecords returns how many records the topics of a datagen connector with prefix hold.
@@ -542,5 +545,79 @@ func TestWaitForTheLastRecord(t *testing.T) {
 	}
 	if n := len(sink.Records()); n != total {
 		t.Fatalf("the sink has %d records right after the wait, want %d", n, total)
+	}
+}
+
+// checkedSource is a datagen source whose server keeps only the first 40 events.
+type checkedSource struct {
+	connect.Source
+	checks *atomic.Int64
+}
+
+func (s *checkedSource) CheckPosition(_ context.Context, pos connect.Position) error {
+	s.checks.Add(1)
+	var st struct {
+		Next int64 `json:"next"`
+	}
+	if err := json.Unmarshal(pos.State, &st); err != nil {
+		return err
+	}
+	if st.Next > 40 {
+		return fmt.Errorf("event %d is not on the server (it has events 0 to 39)", st.Next)
+	}
+	return nil
+}
+
+// checkedPlugin is datagen with checkedSource's CheckPosition.
+func checkedPlugin(checks *atomic.Int64) connect.Plugin {
+	p := datagen.Plugin()
+	inner := p.NewSource
+	p.Name, p.NewSource = "checked", func(cfg connect.Config, env connect.Env) (connect.Source, error) {
+		src, err := inner(cfg, env)
+		return &checkedSource{Source: src, checks: checks}, err
+	}
+	return p
+}
+
+// An altered source offset is checked by a source that implements PositionChecker: one it
+// refuses is an *OffsetError with the source's reason and leaves the committed offset as it
+// was; one it accepts is stored.
+func TestAlterSourceOffsetChecked(t *testing.T) {
+	log := runtimetest.NewLog()
+	ctx := t.Context()
+	var checks atomic.Int64
+	h := newHarness(t, log, newRegistry(t, checkedPlugin(&checks)), nil)
+	h.add("gen", "checked", datagenConfig(40, 10, 10))
+	h.start()
+	waitFor(t, "40 events", func() bool {
+		pos, err := h.rt.SourceOffset(ctx, "gen")
+		return err == nil && string(pos.State) == `{"v":1,"next":40}`
+	})
+	if err := h.rt.Stop(ctx, "gen"); err != nil {
+		t.Fatal(err)
+	}
+	state := func(next int) []byte {
+		s, errs := runtime.SourceOffsetState("datagen", json.RawMessage(fmt.Sprintf(`{"v":1,"next":%d}`, next)), nil)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return s
+	}
+	err := h.rt.AlterSourceOffset(ctx, "gen", connect.Position{State: state(50)})
+	var oe *runtime.OffsetError
+	if !errors.As(err, &oe) || err.Error() != "connector gen: offset refused: event 50 is not on the server (it has events 0 to 39)" {
+		t.Fatalf("alter to a position the server lacks: %v, want an *OffsetError with the source's reason", err)
+	}
+	if pos, _ := h.rt.SourceOffset(ctx, "gen"); string(pos.State) != `{"v":1,"next":40}` {
+		t.Fatalf("offset after a refused alteration: %s, want it unchanged", pos.State)
+	}
+	if err := h.rt.AlterSourceOffset(ctx, "gen", connect.Position{State: state(30)}); err != nil {
+		t.Fatal(err)
+	}
+	if pos, _ := h.rt.SourceOffset(ctx, "gen"); string(pos.State) != `{"v":1,"next":30}` {
+		t.Fatalf("offset after the alteration: %s, want next 30", pos.State)
+	}
+	if n := checks.Load(); n != 2 {
+		t.Fatalf("%d checks, want one per alteration", n)
 	}
 }
