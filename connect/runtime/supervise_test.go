@@ -401,3 +401,90 @@ func TestDLQWithoutContextHeaders(t *testing.T) {
 		}
 	}
 }
+
+// sinkShape is a sink-side chain: tombstones are dropped, deletes rejected, every other record
+// gets a header naming the chain.
+type sinkShape struct{}
+
+func (sinkShape) Apply(r connect.Record) (connect.Record, bool, error) {
+	if r.Value == nil {
+		return r, false, nil
+	}
+	if ev, err := connect.ParseChangeEvent(r.Value); err == nil && ev.Op == connect.OpDelete {
+		return r, false, errors.New("deletes are not allowed here")
+	}
+	r.Headers = append(r.Headers.Clone(), connect.Header{Key: "shaped", Value: []byte("yes")})
+	return r, true, nil
+}
+
+// Transforms of a sink apply between the log and the sink: what they change reaches the sink,
+// what they drop does not (its offset is committed all the same), and what they reject goes to
+// the dead-letter topic with stage TRANSFORMATION and its offset.
+func TestSinkSideTransforms(t *testing.T) {
+	const events = 200
+	log := runtimetest.NewLog()
+	sink := runtimetest.NewSink()
+	h := newHarness(t, log, newRegistry(t, sink.Plugin("mem")), func(o *runtime.Options) {
+		o.Chain = func(reg *connect.Registry, cfg map[string]string) (connect.Transform, []connect.FieldError) {
+			if cfg["transforms"] != "shape" {
+				return nil, []connect.FieldError{{Key: "transforms", Message: "test chain: want shape"}}
+			}
+			return sinkShape{}, nil
+		}
+	})
+	cfg := datagenConfig(events, 10, 20, "datagen.tables", "customers")
+	h.add("gen", "datagen", cfg)
+	h.add("out", "mem", map[string]string{"topics": "gen.inventory.customers", "transforms": "shape",
+		"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "out-dlq"})
+	h.start()
+	s := settings(t, cfg)
+	var kept, deletes, tombstones int
+	for i := int64(0); i < events; i++ {
+		for _, r := range s.Records(i) {
+			switch {
+			case r.Value == nil:
+				tombstones++
+			case s.Op(i) == connect.OpDelete:
+				deletes++
+			default:
+				kept++
+			}
+		}
+	}
+	if deletes == 0 || tombstones == 0 {
+		t.Fatalf("%d deletes and %d tombstones: the test proves little", deletes, tombstones)
+	}
+	waitFor(t, "the sink to commit every record", func() bool {
+		end, _ := log.LatestOffset("gen.inventory.customers", 0)
+		offs, _ := log.FetchOffsets(runtime.SinkGroup("out"))
+		return end == int64(kept+deletes+tombstones) && offs[runtime.TopicPartition{Topic: "gen.inventory.customers"}] == end
+	})
+	h.stop()
+	recs := sink.Records()
+	if distinct(recs) != kept {
+		t.Fatalf("the sink got %d records, want the %d that are neither deletes nor tombstones", distinct(recs), kept)
+	}
+	for _, r := range recs {
+		if v, ok := r.Headers.Get("shaped"); !ok || string(v) != "yes" {
+			t.Fatalf("offset %d reached the sink without the chain's header: %v", r.Offset, r.Headers)
+		}
+	}
+	dlq := log.Records("out-dlq", 0)
+	if len(dlq) != deletes {
+		t.Fatalf("the dead-letter topic holds %d records, want the %d deletes", len(dlq), deletes)
+	}
+	for _, d := range dlq {
+		var stage, off string
+		for _, h := range d.Headers {
+			switch h.Key {
+			case runtime.HeaderErrorStage:
+				stage = string(h.Value)
+			case runtime.HeaderErrorOffset:
+				off = string(h.Value)
+			}
+		}
+		if stage != "TRANSFORMATION" || off == "" || off == "-1" {
+			t.Fatalf("DLQ headers %v: want stage TRANSFORMATION and the record's offset", d.Headers)
+		}
+	}
+}
