@@ -210,6 +210,7 @@ func (b *bench) w3Run(ctx context.Context, kind string, incremental bool) error 
 		}
 	}()
 	rows := b.opts.SnapshotRows
+	shares := b.startCPU(nd.cmd.Process.Pid)
 	d, err := b.drain(ctx, nd, p, int64(rows), t0, b.drainTimeout())
 	if err == nil {
 		// the cut-over comes with the commit of the last snapshot batch; give it a moment
@@ -244,7 +245,7 @@ func (b *bench) w3Run(ctx context.Context, kind string, incremental bool) error 
 		b.note("W3 %s: the committed offset never showed the cut-over (offset: %v)", tag, jsonString(nd.offset(ctx)))
 	}
 	b.addFigure("W3", tag+": into both views", float64(rows)/d.views.Seconds(), "rows/s", limESBulk, fmt.Sprintf("%.1f s", d.views.Seconds()))
-	b.addFigure("W3", tag+": sluice CPU per 1M rows", d.cpu.Seconds()*1e6/float64(rows), "CPU s", "", "")
+	b.cpuFigures("W3", tag, shares, float64(rows))
 	b.addGoal("W3", tag+" snapshot >= 0.5 of the native scan rate", fmt.Sprintf("%s rows/s = %.2f of %s", num(f.Value), f.Ratio, scan), f.Ratio >= 0.5)
 	if !b.checkViews(ctx, "W3", p) {
 		return fmt.Errorf("parity check failed")
