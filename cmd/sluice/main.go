@@ -220,6 +220,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 	format := fs.String("log-format", "text", "log format: text or json")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	shutdown := fs.Duration("shutdown-timeout", 30*time.Second, "graceful stop timeout")
+	forceExit := fs.Duration("force-timeout", 5*time.Second, "after a second signal (or the graceful stop timeout), exit this long after abandoning in-flight work if a task is still stuck in a call that ignores cancellation")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile (pprof) of the whole run to this file when sluice stops")
 	if pos, err := parse(fs, args); err != nil {
 		return err
@@ -324,13 +325,43 @@ func cmdRun(args []string, stderr io.Writer) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	// A task stuck in a call that ignores cancellation (a write to a pipe nobody reads) would
+	// keep Run from returning even after Abort; the forced stop then ends the process, which
+	// is as safe as a kill: the log recovers and uncommitted work is redone.
+	runDone := make(chan struct{})
+	defer close(runDone)
+	exitIfStuck := func(after time.Duration, why string) *time.Timer {
+		return time.AfterFunc(after, func() {
+			select {
+			case <-runDone:
+				return
+			default:
+			}
+			logger.Error("a task did not stop after its in-flight work was abandoned; exiting", "reason", why, "waited", after)
+			os.Exit(1)
+		})
+	}
 	go func() {
-		sig := <-sigs
+		var sig os.Signal
+		select {
+		case sig = <-sigs:
+		case <-runDone:
+			return
+		}
 		logger.Info("signal received; stopping gracefully (send it again to force)", "signal", sig.String())
 		stop()
-		sig = <-sigs
+		graceful := exitIfStuck(*shutdown+*forceExit, "graceful stop timeout")
+		defer graceful.Stop()
+		select {
+		case sig = <-sigs:
+		case <-runDone:
+			return
+		}
 		logger.Warn("second signal; abandoning in-flight work", "signal", sig.String())
 		rt.Abort()
+		forced := exitIfStuck(*forceExit, "second signal")
+		defer forced.Stop()
+		<-runDone
 	}()
 
 	apiDone := make(chan error, 1)
