@@ -1,0 +1,144 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// stuckPipeline feeds a file sink writing to stdout; the test's stdout pipe is never read, so
+// the sink's write blocks once the pipe is full, in a call that ignores cancellation.
+func stuckPipeline(dir string) string {
+	return fmt.Sprintf(`log:
+  dir: %s
+rest:
+  listeners: []
+connectors:
+  - name: gen
+    class: datagen
+    config:
+      topic.prefix: stuck
+      datagen.rate: 20000
+  - name: out
+    class: file
+    config:
+      topics.regex: stuck\..*
+      file: "-"
+`, filepath.Join(dir, "log"))
+}
+
+// startStuck starts sluice on stuckPipeline with its stdout to a pipe nobody reads, and waits
+// until the sink is stuck (the pipe is full).
+func startStuck(t *testing.T, bin, dir string, args ...string) (*proc, string) {
+	t.Helper()
+	pipeline := filepath.Join(dir, "pipeline.yaml")
+	if err := os.WriteFile(pipeline, []byte(stuckPipeline(dir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "sluice.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	cmd := exec.Command(bin, append([]string{"run", "-c", pipeline}, args...)...)
+	cmd.Stdout, cmd.Stderr = w, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	p := &proc{cmd: cmd, exited: make(chan struct{}), log: logPath}
+	go func() { p.err = cmd.Wait(); logf.Close(); close(p.exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+	// The pipe holds 64 KiB by default: a few hundred records fill it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		data, _ := os.ReadFile(logPath)
+		if strings.Contains(string(data), `msg="source opening"`) {
+			break
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("sluice exited at start: %v\n%s", p.err, tail(logPath))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sluice did not start within 30s\n%s", tail(logPath))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // the source appends thousands of records meanwhile
+	select {
+	case <-p.exited:
+		t.Fatalf("sluice exited before the signals: %v\n%s", p.err, tail(logPath))
+	default:
+	}
+	return p, logPath
+}
+
+// exitWithin waits for the process to exit, failing after limit.
+func exitWithin(t *testing.T, p *proc, limit time.Duration, what string) error {
+	t.Helper()
+	select {
+	case <-p.exited:
+		return p.err
+	case <-time.After(limit):
+		t.Fatalf("sluice still runs %v after %s\n%s", limit, what, tail(p.log))
+		return nil
+	}
+}
+
+// A second signal forces the stop: when a task is stuck in a call that ignores cancellation (a
+// sink writing to a full pipe), sluice exits with status 1 shortly after abandoning in-flight
+// work, instead of waiting for it forever.
+func TestSecondSignalForcesExit(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildSluice(t, dir)
+	p, logPath := startStuck(t, bin, dir, "--shutdown-timeout", "10m", "--force-timeout", "1s")
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case <-p.exited:
+		t.Fatalf("sluice stopped on the first signal although its sink is stuck: %v\n%s", p.err, tail(logPath))
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	err := exitWithin(t, p, 30*time.Second, "the second signal")
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("exit %v, want status 1\n%s", err, tail(logPath))
+	}
+	log, _ := os.ReadFile(logPath)
+	for _, want := range []string{`msg="second signal; abandoning in-flight work"`, `msg="a task did not stop after its in-flight work was abandoned; exiting" reason="second signal" waited=1s`} {
+		if !strings.Contains(string(log), want) {
+			t.Fatalf("the log lacks %s\n%s", want, tail(logPath))
+		}
+	}
+}
+
+// The graceful stop timeout abandons in-flight work too, and a task stuck after that ends the
+// process the same way.
+func TestShutdownTimeoutForcesExit(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildSluice(t, dir)
+	p, logPath := startStuck(t, bin, dir, "--shutdown-timeout", "1s", "--force-timeout", "1s")
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	err := exitWithin(t, p, 30*time.Second, "the first signal")
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("exit %v, want status 1\n%s", err, tail(logPath))
+	}
+	log, _ := os.ReadFile(logPath)
+	for _, want := range []string{`msg="graceful stop timed out; abandoning in-flight work"`, `reason="graceful stop timeout"`} {
+		if !strings.Contains(string(log), want) {
+			t.Fatalf("the log lacks %s\n%s", want, tail(logPath))
+		}
+	}
+}
