@@ -59,6 +59,9 @@ type incr struct {
 	models      map[string]*incrModel
 	engineOrder []byte // Order of the last record or batch the engine made
 	pf          *prefetch
+	// parts are the batches of an emitted chunk not returned yet: a chunk goes to the log in
+	// batches of at most max.batch.size records, before the stream goes on
+	parts []connect.Batch
 
 	keyJSON []byte // the stream's de-duplication keys
 }
@@ -216,6 +219,7 @@ func (s *Source) openIncr(ctx context.Context, state []byte) error {
 func (s *Source) closeIncr() {
 	in := s.incr
 	in.dropPrefetch()
+	in.parts = nil
 	in.e.Reset()
 	for i, c := range in.conns {
 		if c != nil {
@@ -227,8 +231,10 @@ func (s *Source) closeIncr() {
 }
 
 // withIncr returns a State (a JSON object) with the incremental snapshot state added.
-func (s *Source) withIncr(state []byte) []byte {
-	inc := s.incr.e.State()
+func (s *Source) withIncr(state []byte) []byte { return withIncrState(state, s.incr.e.State()) }
+
+// withIncrState returns a State with an incremental snapshot state added.
+func withIncrState(state, inc []byte) []byte {
 	if len(inc) == 0 || len(state) == 0 || state[len(state)-1] != '}' {
 		return state
 	}
@@ -392,7 +398,7 @@ func readChunk(c *client.Conn, m *incrModel, task *snapshot.Task) (*rowSet, []st
 		}
 	}
 	text := m.text && intArgs(after)
-	rs := &rowSet{t: m.t, data: make([]byte, 0, 64<<10)}
+	rs := &rowSet{t: m.t, data: make([]byte, 0, 64<<10), cells: make([]cell, 0, min(task.ChunkSize, 1<<14)*len(m.t.cols))}
 	perRow := func(row []gomysql.FieldValue) error {
 		rs.add(row)
 		return nil
@@ -832,6 +838,9 @@ func (s *Source) emitWindow(ctx context.Context, w *snapshot.Window, base []byte
 			return connect.Batch{}, err
 		}
 	}
+	// the state before the chunk, for the positions of its batches but the last: a restart
+	// from one of them reads the chunk again
+	pre := in.e.State()
 	em := in.e.StartEmit(w, base, frontier)
 	// the kept records, in place
 	recs := rd.recs[:0]
@@ -858,7 +867,25 @@ func (s *Source) emitWindow(ctx context.Context, w *snapshot.Window, base []byte
 		}
 	}
 	in.engineOrder = end
-	return connect.Batch{Records: recs, Position: connect.Position{Order: end}}, nil
+	state := s.strm.position().State // a transaction boundary
+	for len(recs) > s.cfg.maxBatch {
+		part := recs[:s.cfg.maxBatch:s.cfg.maxBatch]
+		recs = recs[s.cfg.maxBatch:]
+		in.parts = append(in.parts, connect.Batch{Records: part, Position: connect.Position{Order: part[len(part)-1].Position.Order, State: withIncrState(state, pre)}})
+	}
+	in.parts = append(in.parts, connect.Batch{Records: recs, Position: connect.Position{Order: end, State: withIncrState(state, in.e.State())}})
+	return in.nextPart(), nil
+}
+
+// nextPart returns the next batch of an emitted chunk.
+func (in *incr) nextPart() connect.Batch {
+	b := in.parts[0]
+	in.parts[0] = connect.Batch{}
+	in.parts = in.parts[1:]
+	if len(in.parts) == 0 {
+		in.parts = nil
+	}
+	return b
 }
 
 // addScanned counts a table's rows read for the rows_scanned metric.
@@ -931,7 +958,6 @@ func (m *streamer) incrStep(ctx context.Context, b *batch) (out connect.Batch, o
 			if err != nil {
 				return connect.Batch{}, false, false, 0, err
 			}
-			eb.Position.State = s.withIncr(m.position().State)
 			return eb, true, false, 0, nil
 		default:
 			return connect.Batch{}, false, step.Hold, step.Wait, nil

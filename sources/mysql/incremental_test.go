@@ -58,6 +58,7 @@ type incrLog struct {
 	lag     int
 	pending []connect.Position
 	last    connect.Position // of the last batch
+	idle    bool             // the last batch was a heartbeat
 }
 
 func (l *incrLog) addAcked(t testing.TB, src *Source, b connect.Batch) {
@@ -76,6 +77,7 @@ func (l *incrLog) addAcked(t testing.TB, src *Source, b connect.Batch) {
 		return
 	}
 	l.last = b.Position
+	l.idle = len(b.Records) == 0
 	l.pending = append(l.pending, b.Position)
 	for len(l.pending) > l.lag {
 		p := l.pending[0]
@@ -150,11 +152,13 @@ func binlogHeadOf(t testing.TB, m *harness.MariaDB) (string, uint64) {
 	return file, pos
 }
 
-// catchUp reads until the log holds every change committed before the call.
+// catchUp reads until the log holds every change committed before the call and a heartbeat
+// came (the batches of a chunk emitted at the last position come before it).
 func (l *incrLog) catchUp(t testing.TB, m *harness.MariaDB, src *Source) {
 	t.Helper()
 	file, pos := binlogHeadOf(t, m)
-	l.read(t, src, time.Minute, func() bool { return l.caughtUp(file, pos) })
+	l.idle = false
+	l.read(t, src, time.Minute, func() bool { return l.idle && l.caughtUp(file, pos) })
 }
 
 // hammer writes to a table with single-statement transactions (inserts, updates, deletes and
@@ -252,6 +256,7 @@ func TestIncrementalSnapshotUnderWrites(t *testing.T) {
 			cfg := baseConfig(m, db, map[string]string{
 				KeySnapshotMode:            SnapshotNoData,
 				KeyHeartbeatInterval:       "200",
+				KeyMaxBatchSize:            "200", // a chunk goes out in three batches
 				snapshot.KeyChunkSize:      "500",
 				snapshot.KeyNotifyChannels: "sink",
 				snapshot.KeyNotifyTopic:    "notes",
@@ -382,6 +387,7 @@ func TestIncrementalSnapshotResumesAfterKills(t *testing.T) {
 	cfg := baseConfig(m, db, map[string]string{
 		KeySnapshotMode:           SnapshotNoData,
 		KeyHeartbeatInterval:      "200",
+		KeyMaxBatchSize:           "128", // a kill may fall between the batches of a chunk
 		snapshot.KeyChunkSize:     "300",
 		snapshot.KeyMaxRowsPerSec: "15000",
 	})

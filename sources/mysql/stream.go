@@ -412,6 +412,10 @@ func (m *streamer) readBatch(ctx context.Context) (connect.Batch, error) {
 		}
 	}()
 	for {
+		if in.parts != nil {
+			// the rest of an emitted chunk, before the stream goes on
+			return in.nextPart(), nil
+		}
 		if m.cur != nil {
 			if err := m.emitRows(b); err != nil {
 				return connect.Batch{}, err
