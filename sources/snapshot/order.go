@@ -26,6 +26,9 @@ const orderSuffixLen = 8 + 8 + 4
 
 // appendOrder appends the Order of record idx of an emission unit.
 func appendOrder(dst, base []byte, mark Mark, unit uint64, idx uint32) []byte {
+	if dst == nil {
+		dst = make([]byte, 0, len(base)+orderSuffixLen) // one allocation per record
+	}
 	dst = append(dst, base...)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(mark))
 	dst = binary.BigEndian.AppendUint64(dst, unit)
