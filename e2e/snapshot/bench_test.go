@@ -23,7 +23,8 @@ import (
 // and reports each rate and its ratio to the baseline (goal: at least 0.7 without load).
 // Rounds alternate the three (SLUICE_BENCH_ROUNDS, default 2) and the medians are
 // reported. Run it with: go test ./e2e/snapshot -run '^$' -bench SnapshotRates -benchtime 1x
-// (-bench SnapshotRates/mysql for one kind).
+// (-bench SnapshotRates/mysql for one kind; SLUICE_BENCH_CHUNK sets the incremental chunk
+// size, default incremental.snapshot.chunk.size's).
 func BenchmarkSnapshotRates(b *testing.B) {
 	rows := 1000000
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROWS")); err == nil && v > 0 {
@@ -192,6 +193,9 @@ func initialRate(b *testing.B, d benchDB, rows, round int) float64 {
 // (with a writer running when load is set), until the committed position says it is done.
 func incrementalRate(b *testing.B, d benchDB, rows, round int, load bool, writes *int64) float64 {
 	cfg := d.config([]string{"items"}, map[string]string{"offset.flush.interval.ms": "0"})
+	if v := os.Getenv("SLUICE_BENCH_CHUNK"); v != "" {
+		cfg["incremental.snapshot.chunk.size"] = v
+	}
 	d.connector(cfg, fmt.Sprintf("incr%d_%t", round, load))
 	n := newNode(b, d.class(), cfg)
 	n.start()
