@@ -24,6 +24,15 @@
 // Record.Version is (binlog file number << 32 | position of the transaction's first event);
 // snapshot rows carry the consistent point of the snapshot transaction that read them.
 //
+// # Incremental snapshots
+//
+// While streaming, the source takes the incremental and blocking snapshots of sources/snapshot
+// (incremental.go): the producer drives the engine at the boundaries between binlog
+// transactions, reads chunks on connections of its own in consistent snapshots whose binlog
+// position (MariaDB's binlog_snapshot_position) is the watermark, reports every row change of
+// a table being read, and emits the chunk rows the stream did not overtake. The engine's state
+// is part of every stream batch's position.
+//
 // # Positions
 //
 // See position.go for the layout of Order and State. Every record's position resumes right

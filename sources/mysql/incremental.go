@@ -107,6 +107,9 @@ func newIncr(s *Source, cfg connect.Config) *incr {
 // resume-snapshot with Debezium's data object) from the admin API or the signal topic; it
 // returns once the signal is stored, with the status. Any goroutine.
 func (s *Source) SnapshotSignal(ctx context.Context, origin, id, typ string, data []byte) ([]byte, error) {
+	if s.cfg.snapshotMode == SnapshotInitialOnly {
+		return nil, connect.Permanent(fmt.Errorf("%w: snapshot.mode=initial_only: the connector does not stream, so it takes no incremental snapshots (use another snapshot.mode)", snapshot.ErrRequest))
+	}
 	if strings.EqualFold(strings.TrimSpace(typ), snapshot.SignalExecute) {
 		var r snapshot.Request
 		if json.Unmarshal(data, &r) == nil && r.SurrogateKey != "" {

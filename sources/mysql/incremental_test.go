@@ -650,6 +650,11 @@ func TestSnapshotRequestErrors(t *testing.T) {
 			t.Errorf("%s %s: got %v, want a permanent error containing %q", tc.typ, tc.data, err, tc.want)
 		}
 	}
+	only := newSource(t, baseConfig(m, db, map[string]string{KeySnapshotMode: SnapshotInitialOnly}), nil)
+	_, err := only.SnapshotSignal(context.Background(), snapshot.OriginAPI, "", snapshot.SignalExecute, []byte(`{"data-collections":["`+db+`.t"]}`))
+	if err == nil || !connect.IsPermanent(err) || !strings.Contains(err.Error(), "snapshot.mode=initial_only: the connector does not stream") {
+		t.Errorf("a snapshot request to an initial_only connector: %v", err)
+	}
 	_, errs := Plugin().ParseConfig(baseConfig(m, db, map[string]string{snapshot.KeyWatermark: "message"}))
 	if len(errs) != 1 || errs[0].Key != snapshot.KeyWatermark || !strings.Contains(errs[0].Message, "MySQL and MariaDB have no logical decoding messages") {
 		t.Errorf("incremental.snapshot.watermark=message: %v", errs)
