@@ -215,3 +215,50 @@ func TestSourceAckedOnlyAfterAppend(t *testing.T) {
 	}
 	t.Logf("%d acks checked", acks)
 }
+
+// repeatSource re-emits every third batch once more, as a source that reconnects to its
+// server and reads part of what it returned again, without a restart of its task.
+type repeatSource struct {
+	connect.Source
+	reads int
+	last  connect.Batch
+}
+
+func (s *repeatSource) Read(ctx context.Context) (connect.Batch, error) {
+	s.reads++
+	if s.reads%3 == 0 && len(s.last.Records) > 0 {
+		again := s.last
+		s.last = connect.Batch{}
+		return again, nil
+	}
+	b, err := s.Source.Read(ctx)
+	s.last = b
+	return b, err
+}
+
+// Records a source returns again within one run (not only after a restart) are dropped: the
+// log holds every event once.
+func TestSourceRepeatsWithinARun(t *testing.T) {
+	const events = 1000
+	log := runtimetest.NewLog()
+	p := datagen.Plugin()
+	inner := p.NewSource
+	p.Name, p.NewSource = "repeating", func(cfg connect.Config, env connect.Env) (connect.Source, error) {
+		src, err := inner(cfg, env)
+		return &repeatSource{Source: src}, err
+	}
+	h := newHarness(t, log, newRegistry(t, p), func(o *runtime.Options) { o.TopicDefaults.Partitions = 3 })
+	cfg := datagenConfig(events, 40, 10)
+	h.add("gen", "repeating", cfg)
+	h.start()
+	waitFor(t, "every event to be committed", func() bool {
+		pos, err := h.rt.SourceOffset(t.Context(), "gen")
+		return err == nil && string(pos.State) == `{"v":1,"next":1000}`
+	})
+	h.stop()
+	checkExactlyOnce(t, log, settings(t, cfg), events)
+	st, _ := h.rt.Status("gen")
+	if st.Tasks[0].Restarts != 0 || st.Tasks[0].Replayed == 0 {
+		t.Fatalf("status %+v: want replayed records dropped without a restart", st.Tasks[0])
+	}
+}
