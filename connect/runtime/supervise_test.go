@@ -493,3 +493,57 @@ func TestSinkSideTransforms(t *testing.T) {
 		}
 	}
 }
+
+// A failed append to the dead-letter topic fails the batch before its offsets are committed,
+// so the restarted task rejects the record again: no rejected record is lost.
+func TestDLQAppendFailureLosesNothing(t *testing.T) {
+	const events = 300
+	log := runtimetest.NewLog()
+	var dlqFailures atomic.Int64
+	log.Hooks.BeforeAppend = func(topic string, _ int32, _ []runtime.LogRecord) error {
+		if topic == "dlq-out" && dlqFailures.Add(1)%2 == 1 {
+			return errors.New("injected: disk full")
+		}
+		return nil
+	}
+	sink := runtimetest.NewSink()
+	sink.Hook = poisonHook
+	h := newHarness(t, log, newRegistry(t, sink.Plugin("mem")), nil)
+	cfg := datagenConfig(events, 30, 30, "datagen.tables", "customers")
+	h.add("gen", "datagen", cfg)
+	h.add("out", "mem", map[string]string{
+		"topics": "gen.inventory.customers", "errors.tolerance": "all",
+		"errors.deadletterqueue.topic.name": "dlq-out", "consumer.override.max.poll.records": "20",
+	})
+	h.start()
+	s := settings(t, cfg)
+	poison := 0
+	for i := int64(0); i < events; i++ {
+		for _, r := range s.Records(i) {
+			if id, _ := r.Key.(connect.Row).Get("id"); id == int64(7) && r.Value != nil {
+				poison++
+			}
+		}
+	}
+	total := expectedRecords(s, events)
+	waitFor(t, "the sink to commit every record", func() bool {
+		end, _ := log.LatestOffset("gen.inventory.customers", 0)
+		offs, _ := log.FetchOffsets(runtime.SinkGroup("out"))
+		return end == int64(total) && offs[runtime.TopicPartition{Topic: "gen.inventory.customers"}] == end
+	})
+	h.stop()
+	if dlqFailures.Load() < 2 {
+		t.Fatalf("%d appends to the dead-letter topic: the injected failures did not happen", dlqFailures.Load())
+	}
+	seen := map[string]bool{}
+	for _, d := range log.Records("dlq-out", 0) {
+		for _, hd := range d.Headers {
+			if hd.Key == runtime.HeaderErrorOffset {
+				seen[string(hd.Value)] = true
+			}
+		}
+	}
+	if len(seen) != poison {
+		t.Fatalf("the dead-letter topic holds %d distinct rejected records, want %d", len(seen), poison)
+	}
+}
