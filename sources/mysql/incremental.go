@@ -90,17 +90,20 @@ func newIncr(s *Source, cfg connect.Config) *incr {
 		Store:     s.env.Store,
 		Now:       func() time.Time { return s.now() },
 		Tables:    s.snapshotTables,
-		Lag: func() time.Duration {
-			// the producer's goroutine: the queue of decoded events says whether the stream is
-			// behind at all (the last batch's lag stays as it was while the server is idle)
-			m := s.strm
-			if m == nil || len(m.events) == 0 {
-				return 0
-			}
-			return time.Duration(max(s.stats.behindMs.Load(), 0)) * time.Millisecond
-		},
+		Lag:       s.incrLag,
 	})
 	return in
+}
+
+// incrLag is how far the stream is behind the server, for incremental.snapshot.max.lag.ms:
+// the last batch's lag while decoded events wait (that lag stays as it was while the server is
+// idle), else 0. On the producer's goroutine.
+func (s *Source) incrLag() time.Duration {
+	m := s.strm
+	if m == nil || len(m.events) == 0 {
+		return 0
+	}
+	return time.Duration(max(s.stats.behindMs.Load(), 0)) * time.Millisecond
 }
 
 // SnapshotSignal applies a snapshot signal (execute-snapshot, stop-snapshot, pause-snapshot,

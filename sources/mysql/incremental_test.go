@@ -784,3 +784,21 @@ func keyHistory(t testing.TB, recs []connect.Record, topic string, want, got map
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestIncrementalSnapshotLag checks the lag that incremental.snapshot.max.lag.ms compares: the
+// last batch's while decoded binlog events wait, none once the stream has caught up.
+func TestIncrementalSnapshotLag(t *testing.T) {
+	src := newSource(t, map[string]string{KeyHostname: "h", KeyUser: "u", KeyServerID: "5", KeyTopicPrefix: "p", snapshot.KeyMaxLagMs: "1000"}, nil)
+	src.strm = &streamer{s: src, events: make(chan binlogItem, 4)}
+	src.stats.behindMs.Store(5000)
+	if got := src.incrLag(); got != 0 {
+		t.Fatalf("lag with no event waiting: %v, want 0", got)
+	}
+	src.strm.events <- binlogItem{}
+	if got := src.incrLag(); got != 5*time.Second {
+		t.Fatalf("lag with events waiting: %v, want 5s", got)
+	}
+	if src.incr.set.MaxLag != time.Second {
+		t.Fatalf("max lag setting: %v", src.incr.set.MaxLag)
+	}
+}
