@@ -291,9 +291,13 @@ func (p *proc) signalGroup(sig syscall.Signal) {
 }
 
 // stop sends the graceful signal, waits up to grace, then kills the group. It returns once the
-// leader has exited; remaining group members get SIGKILL in any case.
+// leader has exited; remaining group members get SIGKILL in any case, and so do descendants
+// that left the group, taken before the signal: once the leader has exited they are no longer
+// its descendants.
 func (p *proc) stop(grace time.Duration) {
+	var family []member
 	if !p.exited() {
+		family = members(descendants(p.cmd.Process.Pid))
 		p.signalGroup(p.stopSg)
 		select {
 		case <-p.done:
@@ -301,6 +305,47 @@ func (p *proc) stop(grace time.Duration) {
 		}
 	}
 	p.kill()
+	for _, m := range family {
+		if m.same() {
+			_ = syscall.Kill(m.pid, syscall.SIGKILL)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && anySame(family) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// member is a process and its start time, which tells it from a later process that reuses its
+// pid.
+type member struct {
+	pid   int
+	start string
+}
+
+func members(pids []int) []member {
+	var out []member
+	for _, pid := range pids {
+		if st, err := procStartTime(pid); err == nil {
+			out = append(out, member{pid, st})
+		}
+	}
+	return out
+}
+
+// same reports whether the process is still the one recorded and not a zombie.
+func (m member) same() bool {
+	st, err := procStartTime(m.pid)
+	return err == nil && st == m.start && alive(m.pid)
+}
+
+func anySame(ms []member) bool {
+	for _, m := range ms {
+		if m.same() {
+			return true
+		}
+	}
+	return false
 }
 
 // kill sends SIGKILL to the group and to every descendant of the leader (PostgreSQL's children
