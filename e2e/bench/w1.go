@@ -302,6 +302,11 @@ func (b *bench) runDrain(ctx context.Context, w, src string, p pipe, decodeLimit
 // sluice and of each server, and how busy the machine was.
 func (b *bench) cpuFigures(w, src string, c *cpuShares, rows float64) {
 	use, busy := c.stop()
+	b.cpuFiguresOf(w, src, use, busy, rows)
+}
+
+// cpuFiguresOf records CPU figures measured earlier (a stopped process's CPU can no longer be read).
+func (b *bench) cpuFiguresOf(w, src string, use map[string]float64, busy, rows float64) {
 	for _, name := range []string{"sluice", "elasticsearch", "redis", "mariadb", "postgres"} {
 		if v, ok := use[name]; ok && v > 0.05 {
 			b.addFigure(w, fmt.Sprintf("%s: CPU of %s per 1M rows", src, name), v*1e6/rows, "CPU s", "", "process group, over the drain")
