@@ -163,6 +163,9 @@ func (b *bench) w2Source(ctx context.Context, kind string) error {
 	}
 	defer l.close(ctx)
 	name := srcName(kind)
+	if kind == "mysql" {
+		b.note("W2/W4: latency = the time a row's first HSET reached the bench through Redis keyspace notifications, or the arrival of the first Elasticsearch search response (polled every 50 ms, refresh interval %s) holding it, minus the row's commit-time column (SYSDATE(6) / clock_timestamp(), same clock); 8 writer connections, one row per transaction, on an open-loop schedule", esRefresh)
+	}
 	rvis := newVisibility()
 	stopRedis, err := b.watchRedis(ctx, l.p.topic(), rvis)
 	if err != nil {

@@ -19,6 +19,8 @@ import (
 // table, each followed by the parity check.
 func (b *bench) w3(ctx context.Context) error {
 	n := b.opts.SnapshotRows
+	b.note("W3: the parity check after each snapshot compares the row count and every row's columns of both views with the table (stronger than a checksum)")
+	b.note("W3: the snapshot is timed alone into the log (from the process start, or from the API request for the incremental one, to the last row in the topic); the sinks are then created through the API and timed from the log into both views")
 	b.progress("W3: writing the %d-row tables ...", n)
 	if err := b.makeSnapshotTables(ctx, n); err != nil {
 		return err
