@@ -802,3 +802,48 @@ func TestIncrementalSnapshotLag(t *testing.T) {
 		t.Fatalf("max lag setting: %v", src.incr.set.MaxLag)
 	}
 }
+
+// TestIncrementalSnapshotParallelTables reads two tables at the same time
+// (incremental.snapshot.parallel.tables=2) while writers change both.
+func TestIncrementalSnapshotParallelTables(t *testing.T) {
+	m := sharedMariaDB(t)
+	db := testDB(t, m)
+	seedTable(t, m, db, "a", 8000)
+	seedTable(t, m, db, "b", 5000)
+	cfg := baseConfig(m, db, map[string]string{
+		KeySnapshotMode: SnapshotNoData, KeyHeartbeatInterval: "200", KeyMaxBatchSize: "300",
+		snapshot.KeyChunkSize: "400", snapshot.KeyParallelTables: "2",
+	})
+	l := &incrLog{lag: 2}
+	src := l.open(t, cfg, &memStore{})
+	wa := startHammer(t, m, db, "a", 8000, 11)
+	wb := startHammer(t, m, db, "b", 5000, 12)
+	if err := signalSource(t, src, snapshot.SignalExecute, `{"data-collections":["`+db+`\\.(a|b)"]}`); err != nil {
+		t.Fatal(err)
+	}
+	both := false
+	l.read(t, src, 2*time.Minute, func() bool {
+		st := snapshotStatus(t, src)
+		running := 0
+		for _, ts := range st.Tables {
+			if ts.State == "RUNNING" {
+				running++
+			}
+		}
+		both = both || running == 2
+		return tableDone(st, db+".a") && tableDone(st, db+".b")
+	})
+	wa.halt(t)
+	wb.halt(t)
+	l.catchUp(t, m, src)
+	if !both {
+		t.Fatal("the two tables were never read at the same time")
+	}
+	for _, tbl := range []string{"a", "b"} {
+		topic := "test." + db + "." + tbl
+		want, got := tableState(t, m, db, tbl), l.fold(t, topic)
+		if d := diffStates(want, got); d != "" {
+			t.Fatalf("table %s differs:\n%s\n%s", tbl, d, keyHistory(t, l.recs, topic, want, got))
+		}
+	}
+}
