@@ -245,6 +245,13 @@ func readTopic(t testing.TB, dir, topic string) []logRecord {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	return readTopicOf(t, l, topic)
+}
+
+// readTopicOf returns every committed record of a topic of an open log, partition by
+// partition in offset order.
+func readTopicOf(t testing.TB, l *wal.Log, topic string) []logRecord {
+	t.Helper()
 	info, err := l.Describe(topic)
 	if err != nil {
 		return nil
@@ -282,6 +289,13 @@ func committedState(t testing.TB, dir string) map[string]any {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	return committedStateOf(t, l)
+}
+
+// committedStateOf returns the state JSON of connector pg's committed source position in an
+// open log (nil if there is none).
+func committedStateOf(t testing.TB, l *wal.Log) map[string]any {
+	t.Helper()
 	info, err := l.Describe(runtime.SourceOffsetsTopic)
 	if err != nil {
 		return nil
