@@ -43,6 +43,11 @@ import (
 // write is before Low but whose commit was not visible yet when the read began is not caught
 // by that window; the MySQL flavor is not tested here (see the README).
 //
+// The next chunk is read, and converted into records, in the background while the last one
+// goes to the log (Engine.Prefetch); the stream does not go on until it is registered. A chunk
+// goes to the log in batches of at most max.batch.size records; all but the last carry the
+// position before the chunk, so a restart from one of them reads the chunk again.
+//
 // A blocking snapshot keeps the transaction open and emits the table chunk by chunk from it
 // while the stream waits. Chunks are read in the order of the record key (message.key.columns,
 // else the primary key); a row is told apart by the JSON of its record key on both paths.
