@@ -178,6 +178,19 @@ func TestSlotFollowsOnlyAcks(t *testing.T) {
 	if !src.Stats().Connected {
 		t.Fatal("not connected: the server dropped the stream while acks were withheld")
 	}
+	// the slot lag metric counts the WAL the slot holds back: at least up to the end of the
+	// last transaction received, at most up to the server's insert position
+	endLSN, _ := decodePosition(batches[len(batches)-1].Position)
+	lagOK := func(lo, hi pglogrepl.LSN) bool {
+		lag := src.Stats().SlotLagBytes
+		return lag >= int64(lo) && lag <= int64(hi)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !lagOK(endLSN.End-start, currentLSN(t, db)-start); {
+		if time.Now().After(deadline) {
+			t.Fatalf("slot lag %d bytes with acks withheld, want %d..%d", src.Stats().SlotLagBytes, endLSN.End-start, currentLSN(t, db)-start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	// ack a batch that ends inside a transaction (batches end where the queue ran dry, so
 	// which one depends on timing)
 	var mid connect.Batch
@@ -211,6 +224,12 @@ func TestSlotFollowsOnlyAcks(t *testing.T) {
 	waitSlot(t, db, pl.End)
 	if st := src.Stats(); st.LastAckedLSN != pl.End.String() {
 		t.Errorf("stats last acked %s, want %s", st.LastAckedLSN, pl.End)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !lagOK(0, currentLSN(t, db)-pl.End); {
+		if time.Now().After(deadline) {
+			t.Fatalf("slot lag %d bytes after the last ack, want at most %d", src.Stats().SlotLagBytes, currentLSN(t, db)-pl.End)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
