@@ -102,17 +102,21 @@ func (b *bench) startCPU(sluicePgrp int) *cpuShares {
 	return c
 }
 
-// stop returns each group's CPU seconds since start and the machine's busy fraction.
+// stop returns each group's CPU seconds since start, the CPU seconds of every other process on
+// the machine (key "other processes"; the machine is shared) and the machine's busy fraction.
 func (c *cpuShares) stop() (map[string]float64, float64) {
 	end := groupCPU(c.groups)
 	out := map[string]float64{}
+	var ours float64
 	for name := range c.groups {
 		out[name] = (end[name] - c.start[name]).Seconds()
+		ours += out[name]
 	}
 	busy, tot := machineCPU()
 	frac := 0.0
 	if tot > c.tot0 {
 		frac = float64(busy-c.busy0) / float64(tot-c.tot0)
+		out["other processes"] = max((busy-c.busy0).Seconds()-ours, 0)
 	}
 	return out, frac
 }

@@ -307,7 +307,7 @@ func (b *bench) cpuFigures(w, src string, c *cpuShares, rows float64) {
 
 // cpuFiguresOf records CPU figures measured earlier (a stopped process's CPU can no longer be read).
 func (b *bench) cpuFiguresOf(w, src string, use map[string]float64, busy, rows float64) {
-	for _, name := range []string{"sluice", "elasticsearch", "redis", "mariadb", "postgres"} {
+	for _, name := range []string{"sluice", "elasticsearch", "redis", "mariadb", "postgres", "other processes"} {
 		if v, ok := use[name]; ok && v > 0.05 {
 			b.addFigure(w, fmt.Sprintf("%s: CPU of %s per 1M rows", src, name), v*1e6/rows, "CPU s", "", "process group, over the drain")
 		}
