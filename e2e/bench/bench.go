@@ -145,7 +145,10 @@ func (b *bench) startServers(ctx context.Context) error {
 		return err
 	})
 	g.Go(func() error {
-		p, err := harness.StartPostgres(gctx, harness.PostgresOptions{})
+		// synchronous_commit on (fsync stays off): a commit returns once its WAL is written,
+		// and the walsender sends only written WAL, so with it off every change would wait for
+		// the WAL writer (wal_writer_delay, 200 ms) before any reader could see it
+		p, err := harness.StartPostgres(gctx, harness.PostgresOptions{Settings: []string{"synchronous_commit = on"}})
 		mu.Lock()
 		b.pg = p
 		mu.Unlock()
