@@ -123,6 +123,67 @@ func TestStream(t *testing.T) {
 // order.
 func checkStreams(t *testing.T, c *goredis.Client, w *sinktest.Workload, when string) {
 	t.Helper()
+	want := streamEntries(t, w)
+	for table, entries := range want {
+		msgs, err := c.XRange(testCtx(t), table, "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) != len(entries) {
+			t.Fatalf("%s: stream %s has %d entries, want %d", when, table, len(msgs), len(entries))
+		}
+		checkEntries(t, msgs, entries, when, table)
+	}
+}
+
+// checkEntries compares stream entries with the entries wanted, one by one.
+func checkEntries(t *testing.T, msgs []goredis.XMessage, entries []map[string]any, when, table string) {
+	t.Helper()
+	for i, m := range msgs {
+		got := map[string]any{}
+		for k, v := range m.Values {
+			if k == "key" || k == "value" {
+				got[k] = asJSON(t, v)
+			} else {
+				got[k] = v
+			}
+		}
+		if d := diffKeys(map[string]any{"e": entries[i]}, map[string]any{"e": got}); d != "" {
+			t.Fatalf("%s: stream %s entry %d:\n%s", when, table, i, d)
+		}
+	}
+}
+
+// TestStreamMaxLen: redis.stream.maxlen trims each stream (XADD MAXLEN ~, so whole nodes of
+// up to stream-node-max-entries, 100 by default, go at once): the newest entries stay, in log
+// order, and the stream holds about maxlen of them.
+func TestStreamMaxLen(t *testing.T) {
+	const maxLen, node = 50, 100
+	addr, db := testDB(t)
+	c := client(t, addr, db)
+	w := sinktest.Generate(sinktest.Options{Seed: 6, Transactions: 600, Shape: sinktest.Envelope})
+	s := newTestSink(t, addr, db, map[string]string{KeyType: TypeStream, KeyStreamMaxLen: strconv.Itoa(maxLen)}, nil)
+	writeAll(t, s, w.Records, 1, 100)
+	want := streamEntries(t, w)
+	for table, entries := range want {
+		if len(entries) < 3*node {
+			t.Fatalf("setup: only %d changes of %s, too few to trim", len(entries), table)
+		}
+		msgs, err := c.XRange(testCtx(t), table, "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) < maxLen || len(msgs) > maxLen+node {
+			t.Fatalf("stream %s holds %d of %d entries, want %d to %d", table, len(msgs), len(entries), maxLen, maxLen+node)
+		}
+		checkEntries(t, msgs, entries[len(entries)-len(msgs):], "after the trimmed workload", table)
+	}
+}
+
+// streamEntries is what each table's stream holds after the workload w: every change but
+// truncates, in log order.
+func streamEntries(t *testing.T, w *sinktest.Workload) map[string][]map[string]any {
+	t.Helper()
 	want := map[string][]map[string]any{}
 	for _, r := range w.Records {
 		ev, err := connect.ParseChangeEvent(r.Value)
@@ -140,28 +201,7 @@ func checkStreams(t *testing.T, c *goredis.Client, w *sinktest.Workload, when st
 		}
 		want[table] = append(want[table], e)
 	}
-	for table, entries := range want {
-		msgs, err := c.XRange(testCtx(t), table, "-", "+").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(msgs) != len(entries) {
-			t.Fatalf("%s: stream %s has %d entries, want %d", when, table, len(msgs), len(entries))
-		}
-		for i, m := range msgs {
-			got := map[string]any{}
-			for k, v := range m.Values {
-				if k == "key" || k == "value" {
-					got[k] = asJSON(t, v)
-				} else {
-					got[k] = v
-				}
-			}
-			if d := diffKeys(map[string]any{"e": entries[i]}, map[string]any{"e": got}); d != "" {
-				t.Fatalf("%s: stream %s entry %d:\n%s", when, table, i, d)
-			}
-		}
-	}
+	return want
 }
 
 // TestPartialUpdate: a TOAST-style update keeps the stored value of the unchanged column, in
