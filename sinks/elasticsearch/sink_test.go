@@ -240,3 +240,58 @@ func TestMalformed(t *testing.T) {
 		}
 	})
 }
+
+// TestNullValues: behavior.on.null.values decides what a tombstone does: delete the document
+// (the default), leave it (counted as skipped), or reject the record (here to the caller, as
+// behavior.on.malformed.documents=dlq says) while the rest of the batch is written.
+func TestNullValues(t *testing.T) {
+	es := sharedES(t)
+	c := newESClient(t, es.URL())
+	row := func(id, v int64) connect.Record {
+		return connect.Record{Topic: "db.s.t", Key: connect.Row{{Name: "id", Value: id}}, Version: v,
+			Value: connect.Row{{Name: "id", Value: id}, {Name: "v", Value: v}}}
+	}
+	tomb := func(id, v int64) connect.Record {
+		return connect.Record{Topic: "db.s.t", Key: connect.Row{{Name: "id", Value: id}}, Version: v}
+	}
+	doc := func(id, v int64) any { return map[string]any{"id": float64(id), "v": float64(v)} }
+	for _, tc := range []struct {
+		mode    string
+		want    map[string]any
+		failed  []int
+		skipped int64
+	}{
+		{"", map[string]any{"2": doc(2, 11)}, nil, 0},
+		{NullDelete, map[string]any{"2": doc(2, 11)}, nil, 0},
+		{NullIgnore, map[string]any{"1": doc(1, 10), "2": doc(2, 11)}, nil, 1},
+		{NullFail, map[string]any{"1": doc(1, 10), "2": doc(2, 11)}, []int{0}, 0},
+	} {
+		t.Run("mode="+tc.mode, func(t *testing.T) {
+			raw := map[string]string{KeyIndex: uniqueIndex(t)}
+			if tc.mode != "" {
+				raw[KeyNullValues] = tc.mode
+			}
+			s := newTestSink(t, es.URL(), raw)
+			mustWrite(t, s, row(1, 10))
+			err := s.Write(testCtx(t), []connect.Record{tomb(1, 12), row(2, 11)})
+			var we *connect.WriteError
+			switch {
+			case tc.failed == nil && err != nil:
+				t.Fatalf("write: %v", err)
+			case tc.failed != nil && !errors.As(err, &we):
+				t.Fatalf("write: %v, want a WriteError for record %v", err, tc.failed)
+			case tc.failed != nil:
+				if len(we.Failed) != 1 || we.Failed[0].Index != tc.failed[0] ||
+					we.Failed[0].Err.Error() != "record has a null value (behavior.on.null.values=fail)" {
+					t.Fatalf("write error %v, want record %d: record has a null value (behavior.on.null.values=fail)", err, tc.failed[0])
+				}
+			}
+			if d := diffDocs(tc.want, c.docs(indexName(t, "db.s.t"))); d != "" {
+				t.Fatal(d)
+			}
+			if st := s.Stats(); st.Skipped != tc.skipped {
+				t.Fatalf("stats %+v, want %d skipped", st, tc.skipped)
+			}
+		})
+	}
+}
