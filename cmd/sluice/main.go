@@ -24,6 +24,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
@@ -328,8 +329,12 @@ func cmdRun(args []string, stderr io.Writer) error {
 	// A task stuck in a call that ignores cancellation (a write to a pipe nobody reads) would
 	// keep Run from returning even after Abort; the forced stop then ends the process, which
 	// is as safe as a kill: the log recovers and uncommitted work is redone.
+	// runDone is closed once Run returned (or cmdRun returns before Run): what follows Run is
+	// bounded, so only a Run that does not return ends the process.
 	runDone := make(chan struct{})
-	defer close(runDone)
+	var runDoneOnce sync.Once
+	finished := func() { runDoneOnce.Do(func() { close(runDone) }) }
+	defer finished()
 	exitIfStuck := func(after time.Duration, why string) *time.Timer {
 		return time.AfterFunc(after, func() {
 			select {
@@ -377,6 +382,7 @@ func cmdRun(args []string, stderr io.Writer) error {
 	logger.Info("sluice running", attrs...)
 	ready.Store(true)
 	runErr := rt.Run(ctx)
+	finished()
 	stop()
 	if err := <-apiDone; err != nil && runErr == nil {
 		runErr = err
