@@ -380,6 +380,21 @@ func TestTLSAndLimits(t *testing.T) {
 	if code := run("connectors", "resume", "gen"); code != 0 {
 		t.Fatal(stderr.String())
 	}
+	if code := run("connectors", "get", "gen"); code != 0 || !strings.HasPrefix(stdout.String(), "Name: gen\nType: source\n") || !strings.Contains(stdout.String(), "connector.class  datagen") {
+		t.Fatalf("get: %d %q %q", code, stdout.String(), stderr.String())
+	}
+	if code := run("connectors", "pause", "gen"); code != 0 || stdout.String() != "connector gen paused\n" {
+		t.Fatalf("pause: %d %q %q", code, stdout.String(), stderr.String())
+	}
+	if code := run("connectors", "status", "gen"); code != 0 || !strings.Contains(stdout.String(), "connector gen (source)  PAUSED") {
+		t.Fatalf("status after pause: %d %q %q", code, stdout.String(), stderr.String())
+	}
+	if code := run("connectors", "resume", "gen"); code != 0 || stdout.String() != "connector gen resumed\n" {
+		t.Fatalf("resume: %d %q %q", code, stdout.String(), stderr.String())
+	}
+	if code := run("connectors", "restart", "gen", "--include-tasks", "-o", "json"); code != 0 || decode(t, stdout.Bytes()).(map[string]any)["name"] != "gen" {
+		t.Fatalf("restart --include-tasks -o json: %d %q %q", code, stdout.String(), stderr.String())
+	}
 	if code := run("topics", "list"); code != 0 || !strings.Contains(stdout.String(), "__sluice_connect_configs") {
 		t.Fatalf("topics list: %d %q %q", code, stdout.String(), stderr.String())
 	}
