@@ -216,6 +216,9 @@ func TestIncrementalSnapshotUnderWrites(t *testing.T) {
 			if d := diffStates(want, fold(t, recs, "srv.public.t")); d != "" {
 				t.Fatalf("derived state differs from the table (%d writes):\n%s", w.writes.Load(), d)
 			}
+			if err := versionsGrow(t, recs, "srv.public.t"); err != nil {
+				t.Fatal(err)
+			}
 			ops := countOps(t, recs, "srv.public.t")
 			if ops["r"] == 0 {
 				t.Fatalf("no snapshot reads: %v", ops)
@@ -233,6 +236,36 @@ func TestIncrementalSnapshotUnderWrites(t *testing.T) {
 			}
 		})
 	}
+}
+
+// versionsGrow checks DESIGN.md's version rule on a topic in log order: a key's versions never
+// go down. A chunk row is versioned at its high watermark, above every commit its read sees and
+// below every commit the stream delivers after it (the others drop it from the chunk).
+func versionsGrow(t testing.TB, recs []connect.Record, topic string) error {
+	t.Helper()
+	last := map[string]int64{}
+	snapshotRows := 0
+	for i, r := range recs {
+		if r.Topic != topic || r.Value == nil {
+			continue
+		}
+		k, err := connect.AppendJSON(nil, r.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := eventOf(t, r).Op
+		if op == connect.OpRead {
+			snapshotRows++
+		}
+		if v, ok := last[string(k)]; ok && r.Version < v {
+			return fmt.Errorf("record #%d (op %s) of key %s has version %x, below the key's earlier %x", i, op, k, r.Version, v)
+		}
+		last[string(k)] = r.Version
+	}
+	if snapshotRows == 0 {
+		return fmt.Errorf("no snapshot rows in %s", topic)
+	}
+	return nil
 }
 
 // acker acknowledges each batch a few reads after it was appended, like the runtime's
