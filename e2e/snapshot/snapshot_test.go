@@ -67,7 +67,34 @@ func progress(n *node, table string, timeout time.Duration) status {
 			n.t.Fatalf("final status of %s: %+v", table, ts)
 		}
 	}
+	committedDone(n, table)
 	return st
+}
+
+// committedDone waits until the connector's committed position records the snapshot of table
+// as finished. The status says SUCCEEDED once the last chunk is emitted, a moment before its
+// records are in the log and its position committed: a stop in between would leave them out.
+func committedDone(n *node, table string) {
+	n.t.Helper()
+	n.waitFor("the committed position to hold the end of the snapshot of "+table, time.Minute, func() bool {
+		inc, _ := n.offset()["incremental"].(map[string]any)
+		if inc == nil {
+			return false
+		}
+		queued, _ := inc["tables"].([]any)
+		for _, x := range queued {
+			if q, _ := x.(map[string]any); q["table"] == table {
+				return false
+			}
+		}
+		done, _ := inc["done"].([]any)
+		for _, x := range done {
+			if d, _ := x.(map[string]any); d["table"] == table && d["status"] == "SUCCEEDED" {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // TestIncrementalSnapshotUnderWrites snapshots a 200,000-row table incrementally while a
