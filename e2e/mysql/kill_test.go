@@ -108,7 +108,7 @@ func pipeline(t testing.TB, m *harness.MariaDB, dir, db string, extra map[string
 		cfg[k] = v
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "log:\n  dir: %s\n  partitions: 3\n  fsync: always\nconnectors:\n  - name: mysql\n    class: io.debezium.connector.mysql.MySqlConnector\n    config:\n", filepath.Join(dir, "log"))
+	fmt.Fprintf(&b, "log:\n  dir: %s\n  partitions: 3\n  fsync: always\nrest:\n  listeners: []\nconnectors:\n  - name: mysql\n    class: io.debezium.connector.mysql.MySqlConnector\n    config:\n", filepath.Join(dir, "log"))
 	keys := make([]string, 0, len(cfg))
 	for k := range cfg {
 		keys = append(keys, k)

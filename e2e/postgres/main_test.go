@@ -178,7 +178,7 @@ func (d *database) sourceConfig(extra map[string]string) map[string]string {
 func pipeline(t testing.TB, dir string, cfg map[string]string, partitions int) string {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "log:\n  dir: %s\n  partitions: %d\n  fsync: always\nconnectors:\n  - name: pg\n    class: io.debezium.connector.postgresql.PostgresConnector\n    config:\n",
+	fmt.Fprintf(&b, "log:\n  dir: %s\n  partitions: %d\n  fsync: always\nrest:\n  listeners: []\nconnectors:\n  - name: pg\n    class: io.debezium.connector.postgresql.PostgresConnector\n    config:\n",
 		filepath.Join(dir, "log"), partitions)
 	keys := make([]string, 0, len(cfg))
 	for k := range cfg {

@@ -29,6 +29,8 @@ import (
 // under its own key template. Tombstones skip the filter through a negated predicate.
 const pipeline = `log:
   dir: %[1]s/log
+rest:
+  listeners: [] # no admin API: tests run side by side
 connectors:
   - name: shop
     class: mysql
