@@ -203,15 +203,41 @@ func seen(xs []float64) []float64 {
 	return out
 }
 
-// bounded reports whether the lag stayed bounded over a rung: the 99th percentile of the last
-// quarter of its rows (in commit order) is at most twice that of the first quarter plus 100 ms.
-func bounded(lat []float64) bool {
-	if len(lat) < 8 {
-		return true
+// lagSlope is how fast the latency grew over a rung: the least-squares slope of latency
+// (ms) against commit time (s), in ms per second; NaN without two seen rows.
+func lagSlope(rows []row, lat []float64) float64 {
+	var n, sx, sy, sxx, sxy float64
+	for i, r := range rows {
+		if math.IsNaN(lat[i]) {
+			continue
+		}
+		x := float64(r.TS-rows[0].TS) / 1e6
+		n++
+		sx += x
+		sy += lat[i]
+		sxx += x * x
+		sxy += x * lat[i]
 	}
-	q := len(lat) / 4
-	first, last := percentile(seen(lat[:q]), 0.99), percentile(seen(lat[len(lat)-q:]), 0.99)
-	return last <= 2*first+100
+	den := n*sxx - sx*sx
+	if n < 2 || den == 0 {
+		return math.NaN()
+	}
+	return (n*sxy - sx*sy) / den
+}
+
+// maxSlope is the growth of latency above which a rung's lag is called unbounded: 50 ms per
+// second, i.e. sluice applying less than about 95 % of the rate written.
+const maxSlope = 50.0
+
+// bounded reports whether every row was seen and the latency did not grow faster than maxSlope.
+func bounded(rows []row, lat []float64) bool {
+	for _, l := range lat {
+		if math.IsNaN(l) {
+			return false
+		}
+	}
+	s := lagSlope(rows, lat)
+	return math.IsNaN(s) || s <= maxSlope
 }
 
 // readRows reads the rows with ids in [lo, hi] of a benchmark table.

@@ -39,17 +39,30 @@ func TestPercentile(t *testing.T) {
 }
 
 func TestBounded(t *testing.T) {
-	flat := make([]float64, 100)
-	growing := make([]float64, 100)
-	for i := range flat {
-		flat[i] = 50 + float64(i%7)
-		growing[i] = 50 + float64(i)*20
+	// 20 s of rows at 100/s: steady latency with jitter, and latency that grows 200 ms per second
+	var rows []row
+	var flat, growing []float64
+	for i := range 2000 {
+		rows = append(rows, row{ID: int64(i), TS: int64(i) * 10_000})
+		flat = append(flat, 50+float64(i%7)*10)
+		growing = append(growing, 50+float64(i)*2)
 	}
-	if !bounded(flat) {
+	if s := lagSlope(rows, flat); math.Abs(s) > 1 {
+		t.Fatalf("slope of steady latencies = %v ms/s, want about 0", s)
+	}
+	if s := lagSlope(rows, growing); math.Abs(s-200) > 0.01 {
+		t.Fatalf("slope of growing latencies = %v ms/s, want 200", s)
+	}
+	if !bounded(rows, flat) {
 		t.Fatal("steady latencies reported as unbounded")
 	}
-	if bounded(growing) {
-		t.Fatal("latencies that grow 20 ms per row reported as bounded")
+	if bounded(rows, growing) {
+		t.Fatal("latencies that grow 200 ms per second reported as bounded")
+	}
+	missing := append([]float64(nil), flat...)
+	missing[1000] = math.NaN()
+	if bounded(rows, missing) {
+		t.Fatal("a rung with a row never seen reported as bounded")
 	}
 }
 

@@ -202,15 +202,14 @@ func (b *bench) w2Source(ctx context.Context, kind string) error {
 		rl, el := latencies(rows, rvis), latencies(rows, evis)
 		rs, es := seen(rl), seen(el)
 		rung := fmt.Sprintf("%s @ %.0f/s", name, rate)
-		achieved := float64(sent) / b.opts.Duration.Seconds()
-		b.addFigure("W2", rung+": writer achieved", achieved, "rows/s", "", fmt.Sprintf("target %.0f/s; schedule at worst %v behind", rate, time.Duration(ol.maxBehind.Load()).Round(time.Millisecond)))
-		bnd := drained && bounded(rl) && bounded(el)
+		achieved := float64(sent) / ol.elapsed.Seconds()
+		b.addFigure("W2", rung+": writer achieved", achieved, "rows/s", "", fmt.Sprintf("target %.0f/s; %d rows in %.1f s; schedule at worst %v behind", rate, sent, ol.elapsed.Seconds(), time.Duration(ol.maxBehind.Load()).Round(time.Millisecond)))
 		for _, v := range []struct {
 			view string
 			xs   []float64
-			all  int
-		}{{"Redis", rs, len(rl)}, {"Elasticsearch (refresh " + esRefresh + ")", es, len(el)}} {
-			note := fmt.Sprintf("%d of %d rows seen; lag bounded: %v", len(v.xs), v.all, bnd)
+			lat  []float64
+		}{{"Redis", rs, rl}, {"Elasticsearch (refresh " + esRefresh + ")", es, el}} {
+			note := fmt.Sprintf("%d of %d rows seen; latency grew %.0f ms/s over the rung; lag bounded: %v", len(v.xs), len(v.lat), lagSlope(rows, v.lat), drained && bounded(rows, v.lat))
 			b.addFigure("W2", rung+": "+v.view+" p50", percentile(v.xs, 0.5), "ms", "", note)
 			b.addFigure("W2", rung+": "+v.view+" p99", percentile(v.xs, 0.99), "ms", "", "")
 			b.addFigure("W2", rung+": "+v.view+" p99.9", percentile(v.xs, 0.999), "ms", "", "")

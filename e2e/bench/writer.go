@@ -67,7 +67,8 @@ func (w *writers) close(ctx context.Context) {
 type openLoop struct {
 	rate      float64
 	sent      atomic.Int64
-	maxBehind atomic.Int64 // nanoseconds the schedule was behind at worst
+	maxBehind atomic.Int64  // nanoseconds the schedule was behind at worst
+	elapsed   time.Duration // from the first due time to the last commit
 	errs      atomic.Value
 }
 
@@ -108,6 +109,7 @@ func (w *writers) runOpenLoop(ctx context.Context, rate float64, d time.Duration
 	}
 	close(jobs)
 	wg.Wait()
+	ol.elapsed = time.Since(start)
 	return ol
 }
 
