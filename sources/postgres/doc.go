@@ -54,7 +54,8 @@
 // Both the snapshot and the stream read values in PostgreSQL's text form, decoded by one
 // decoder per column type (types.go), so a row reads the same on both paths. An unchanged
 // TOAST value of an update is left out of the after image and named in the record header
-// connect.HeaderUnchanged: sinks keep the stored value.
+// connect.HeaderUnchanged: sinks keep the stored value. With REPLICA IDENTITY FULL the old row
+// carries the value, and the after image holds it instead.
 //
 // # Connections
 //

@@ -533,6 +533,15 @@ func (s *Source) changeRow(ctx context.Context, rc *rowChange, lsn pglogrepl.LSN
 		if err := checkTuple(t, rc.new); err != nil {
 			return err
 		}
+		if rc.old != nil {
+			// an unchanged TOAST value the old row carries (REPLICA IDENTITY FULL) is known:
+			// the after image holds it, nothing is marked unchanged
+			for i := range rc.new {
+				if rc.new[i].kind == 'u' && rc.old[i].kind == 't' {
+					rc.new[i] = rc.old[i]
+				}
+			}
+		}
 		if err := t.decode(tupleGetter(rc.new)); err != nil {
 			return err
 		}

@@ -327,9 +327,10 @@ func TestIdleSlotAdvances(t *testing.T) {
 	}
 }
 
-// An update that does not touch a TOASTed column: the column is left out of the after image
-// and named in the unchanged header (no placeholder), with REPLICA IDENTITY DEFAULT and FULL;
-// the derived state keeps the stored value.
+// An update that does not touch a TOASTed column: with REPLICA IDENTITY DEFAULT the column is
+// left out of the after image and named in the unchanged header (no placeholder); with FULL
+// the old row carries the value, and the after image holds it with nothing marked. The
+// derived state keeps the stored value.
 func TestUnchangedToast(t *testing.T) {
 	for _, ident := range []string{"DEFAULT", "FULL"} {
 		t.Run(ident, func(t *testing.T) {
@@ -351,11 +352,22 @@ func TestUnchangedToast(t *testing.T) {
 			if ev.Op != connect.OpUpdate {
 				t.Fatalf("op %v", ev.Op)
 			}
-			if got := jsonOf(t, ev.After); got != `{"id":1,"n":1,"small":"b"}` {
-				t.Errorf("after = %s, want body left out", got)
-			}
-			if h, ok := upd.Headers.Get(connect.HeaderUnchanged); !ok || string(h) != "body" {
-				t.Errorf("header %s = %q (present %v), want \"body\"", connect.HeaderUnchanged, h, ok)
+			h, marked := upd.Headers.Get(connect.HeaderUnchanged)
+			if ident == "DEFAULT" {
+				if got := jsonOf(t, ev.After); got != `{"id":1,"n":1,"small":"b"}` {
+					t.Errorf("after = %s, want body left out", got)
+				}
+				if !marked || string(h) != "body" {
+					t.Errorf("header %s = %q (present %v), want \"body\"", connect.HeaderUnchanged, h, marked)
+				}
+			} else {
+				body, _ := ev.After.Get("body")
+				if got, s := jsonOf(t, ev.After), fmt.Sprint(body); !strings.HasPrefix(got, `{"id":1,"n":1,"body":"`) || !strings.HasSuffix(got, `"small":"b"}`) || len(s) != 64000 {
+					t.Errorf("after = %.80s..., want the whole row with body from the old row", got)
+				}
+				if marked {
+					t.Errorf("header %s = %q with REPLICA IDENTITY FULL, want none", connect.HeaderUnchanged, h)
+				}
 			}
 			if strings.Contains(jsonOf(t, upd.Value), "__debezium_unavailable_value") {
 				t.Error("placeholder in the event")
