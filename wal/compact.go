@@ -40,6 +40,7 @@ type CompactionStats struct {
 	SegmentsRewritten int
 	BytesRead         int64
 	BytesWritten      int64
+	BytesRemoved      int64 // segment bytes the rewrites removed
 	RecordsRemoved    int64
 }
 
@@ -101,6 +102,11 @@ func (p *partition) compact(ctx context.Context) (CompactionStats, error) {
 	if ratio < p.cfg.MinCleanableDirtyRatio && !lagged && p.cfg.MinCleanableDirtyRatio > 0 {
 		return st, nil
 	}
+	// a run: the partition was due, whatever the rewrites then removed (PartitionInfo)
+	defer func() {
+		p.compactions.Add(1)
+		p.compactedBytes.Add(st.BytesRemoved)
+	}()
 
 	// 1. The key map.
 	keys := map[string]int64{}
@@ -302,9 +308,14 @@ func (p *partition) rewriteSegment(s *segment, keys map[string]int64, lastBatch 
 		p.fs.Remove(cleanedPath)
 		return err
 	}
+	size := s.size
+	if err := p.swapSegment(s, ns, cleanedPath); err != nil {
+		return err
+	}
 	st.SegmentsRewritten++
 	st.BytesWritten += wpos
-	return p.swapSegment(s, ns, cleanedPath)
+	st.BytesRemoved += size - wpos
+	return nil
 }
 
 // swapSegment replaces s by the cleaned file; see compact for the protocol.

@@ -386,7 +386,8 @@ func (l *Log) Describe(name string) (TopicInfo, error) {
 	info := TopicInfo{Name: name, Config: t.cfg}
 	for _, p := range t.parts {
 		p.mu.Lock()
-		pi := PartitionInfo{Partition: p.id, LogStartOffset: p.segs[0].base, HighWatermark: p.hw, Segments: len(p.segs)}
+		pi := PartitionInfo{Partition: p.id, LogStartOffset: p.segs[0].base, HighWatermark: p.hw, Segments: len(p.segs),
+			Compactions: p.compactions.Load(), CompactedBytes: p.compactedBytes.Load()}
 		for _, s := range p.segs {
 			pi.SizeBytes += s.size
 		}

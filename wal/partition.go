@@ -77,6 +77,9 @@ type partition struct {
 	producers map[int64]*producerEntry
 	// cleanedTo is the offset below which this process has compacted.
 	cleanedTo int64
+	// compactions counts this process's compaction runs of the partition, compactedBytes
+	// the segment bytes they removed (PartitionInfo).
+	compactions, compactedBytes atomic.Int64
 
 	filesMu sync.RWMutex
 	// maintMu serialises retention and compaction, the only writers of

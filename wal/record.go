@@ -100,6 +100,11 @@ type PartitionInfo struct {
 	HighWatermark  int64
 	SizeBytes      int64
 	Segments       int
+	// Compactions counts the compaction runs of the partition since the log was opened (a run:
+	// the partition was due by its dirty ratio or lag, and compaction mapped its keys and
+	// rewrote the segments old enough), CompactedBytes the segment bytes they removed.
+	Compactions    int64
+	CompactedBytes int64
 }
 
 // TopicInfo describes one topic.
