@@ -28,7 +28,8 @@ import (
 //     (Postgres), binlog_position (MySQL), ...;
 //   - per sink: batch latency (a histogram), consumer lag per partition, and from its Stats
 //     method retries, version_conflicts_skipped, ...;
-//   - per log partition: size, log start and end offsets, high watermark, segments;
+//   - per log partition: size, log start and end offsets, high watermark, segments, compaction
+//     runs and the bytes they removed (counted since the process started);
 //   - the process and Go runtime collectors.
 //
 // Plugin statistics are discovered on the running task's instance: a method Stats() returning
@@ -114,22 +115,25 @@ func (c *collector) Describe(chan<- *prometheus.Desc) {} // unchecked: the metri
 var descs = struct {
 	state, taskState, appended, written, rejected, restarts, replayed, lag      *prometheus.Desc
 	partSize, partStart, partEnd, partHW, partSegments, connectors, topicsCount *prometheus.Desc
+	partCompactions, partCompacted                                              *prometheus.Desc
 }{
-	state:        prometheus.NewDesc("sluice_connector_state", "1 for the connector's current state.", []string{"connector", "type", "state"}, nil),
-	taskState:    prometheus.NewDesc("sluice_task_state", "1 for the task's current state.", []string{"connector", "task", "state"}, nil),
-	appended:     prometheus.NewDesc("sluice_source_records_appended_total", "Records a source connector appended to the log.", []string{"connector"}, nil),
-	written:      prometheus.NewDesc("sluice_sink_records_written_total", "Records a sink connector wrote to its view.", []string{"connector"}, nil),
-	rejected:     prometheus.NewDesc("sluice_connector_rejected_records_total", "Records skipped under errors.tolerance=all (sent to the dead-letter topic when one is set).", []string{"connector"}, nil),
-	restarts:     prometheus.NewDesc("sluice_task_restarts_total", "Task restarts after retriable failures.", []string{"connector"}, nil),
-	replayed:     prometheus.NewDesc("sluice_source_replayed_records_skipped_total", "Records a restarted source read again that the log already held.", []string{"connector"}, nil),
-	lag:          prometheus.NewDesc("sluice_sink_consumer_lag", "Records of a partition a sink connector has not written yet.", []string{"connector", "topic", "partition"}, nil),
-	partSize:     prometheus.NewDesc("sluice_log_partition_size_bytes", "Bytes of a log partition's segments.", []string{"topic", "partition"}, nil),
-	partStart:    prometheus.NewDesc("sluice_log_partition_start_offset", "A log partition's first offset.", []string{"topic", "partition"}, nil),
-	partEnd:      prometheus.NewDesc("sluice_log_partition_end_offset", "A log partition's end offset (the next offset to be written).", []string{"topic", "partition"}, nil),
-	partHW:       prometheus.NewDesc("sluice_log_partition_high_watermark", "A log partition's high watermark (readers see offsets below it).", []string{"topic", "partition"}, nil),
-	partSegments: prometheus.NewDesc("sluice_log_partition_segments", "Segments of a log partition.", []string{"topic", "partition"}, nil),
-	connectors:   prometheus.NewDesc("sluice_connectors", "Connectors configured.", nil, nil),
-	topicsCount:  prometheus.NewDesc("sluice_log_topics", "Topics in the log.", nil, nil),
+	state:           prometheus.NewDesc("sluice_connector_state", "1 for the connector's current state.", []string{"connector", "type", "state"}, nil),
+	taskState:       prometheus.NewDesc("sluice_task_state", "1 for the task's current state.", []string{"connector", "task", "state"}, nil),
+	appended:        prometheus.NewDesc("sluice_source_records_appended_total", "Records a source connector appended to the log.", []string{"connector"}, nil),
+	written:         prometheus.NewDesc("sluice_sink_records_written_total", "Records a sink connector wrote to its view.", []string{"connector"}, nil),
+	rejected:        prometheus.NewDesc("sluice_connector_rejected_records_total", "Records skipped under errors.tolerance=all (sent to the dead-letter topic when one is set).", []string{"connector"}, nil),
+	restarts:        prometheus.NewDesc("sluice_task_restarts_total", "Task restarts after retriable failures.", []string{"connector"}, nil),
+	replayed:        prometheus.NewDesc("sluice_source_replayed_records_skipped_total", "Records a restarted source read again that the log already held.", []string{"connector"}, nil),
+	lag:             prometheus.NewDesc("sluice_sink_consumer_lag", "Records of a partition a sink connector has not written yet.", []string{"connector", "topic", "partition"}, nil),
+	partSize:        prometheus.NewDesc("sluice_log_partition_size_bytes", "Bytes of a log partition's segments.", []string{"topic", "partition"}, nil),
+	partStart:       prometheus.NewDesc("sluice_log_partition_start_offset", "A log partition's first offset.", []string{"topic", "partition"}, nil),
+	partEnd:         prometheus.NewDesc("sluice_log_partition_end_offset", "A log partition's end offset (the next offset to be written).", []string{"topic", "partition"}, nil),
+	partHW:          prometheus.NewDesc("sluice_log_partition_high_watermark", "A log partition's high watermark (readers see offsets below it).", []string{"topic", "partition"}, nil),
+	partSegments:    prometheus.NewDesc("sluice_log_partition_segments", "Segments of a log partition.", []string{"topic", "partition"}, nil),
+	partCompactions: prometheus.NewDesc("sluice_log_partition_compactions_total", "Compaction runs of a log partition (of a topic with cleanup.policy=compact, when it was due) since the process started.", []string{"topic", "partition"}, nil),
+	partCompacted:   prometheus.NewDesc("sluice_log_partition_compacted_bytes_total", "Segment bytes the compaction runs of a log partition removed since the process started.", []string{"topic", "partition"}, nil),
+	connectors:      prometheus.NewDesc("sluice_connectors", "Connectors configured.", nil, nil),
+	topicsCount:     prometheus.NewDesc("sluice_log_topics", "Topics in the log.", nil, nil),
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -205,6 +209,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descs.partEnd, prometheus.GaugeValue, float64(p.HighWatermark), t, ps)
 			ch <- prometheus.MustNewConstMetric(descs.partHW, prometheus.GaugeValue, float64(p.HighWatermark), t, ps)
 			ch <- prometheus.MustNewConstMetric(descs.partSegments, prometheus.GaugeValue, float64(p.Segments), t, ps)
+			ch <- prometheus.MustNewConstMetric(descs.partCompactions, prometheus.CounterValue, float64(p.Compactions), t, ps)
+			ch <- prometheus.MustNewConstMetric(descs.partCompacted, prometheus.CounterValue, float64(p.CompactedBytes), t, ps)
 		}
 	}
 }
