@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -85,9 +86,19 @@ func StartMariaDB(ctx context.Context, opts MariaDBOptions) (*MariaDB, error) {
 	}
 	data := filepath.Join(dir, "data")
 	// install-db first: it is the slow half and needs no port
-	err = runQuiet(ctx, []string{installDB, "--no-defaults", "--user=root", "--datadir=" + data,
-		"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
-		"--innodb-log-file-size=16M"}, dir, baseEnv(), nil, filepath.Join(dir, "install.log"))
+	// A second try on a fresh datadir: under heavy load the bootstrap server has been seen to
+	// fail once (its log, kept in install.log, says why) and succeed when run again.
+	for try := 1; try <= 2; try++ {
+		err = runQuiet(ctx, []string{installDB, "--no-defaults", "--user=root", "--datadir=" + data,
+			"--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
+			"--innodb-log-file-size=16M"}, dir, baseEnv(), nil, filepath.Join(dir, "install.log"))
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		if rmErr := os.RemoveAll(data); rmErr != nil {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("start mariadb: %w", errJoinClose(err, m.Server))
 	}
