@@ -211,6 +211,15 @@ func (b *bench) runDrain(ctx context.Context, w, src string, p pipe, decodeLimit
 		bin, env = b.profBin, []string{"SLUICE_BENCH_CPUPROFILE=" + profPath}
 		os.Remove(profPath + ".done")
 	}
+	// the sinks' limits again, right before the drain: the machine is shared, and a limit
+	// measured minutes earlier may have met other load
+	suffix := fmt.Sprintf(", just before %s %s", w, src)
+	if err := b.calRedis(ctx, suffix); err != nil {
+		return fmt.Errorf("redis limit: %w", err)
+	}
+	if err := b.calES(ctx, suffix); err != nil {
+		return fmt.Errorf("elasticsearch limit: %w", err)
+	}
 	// the nodes of a cluster start together: none answers before the log has a leader
 	type started struct {
 		n   *node
@@ -275,12 +284,12 @@ func (b *bench) runDrain(ctx context.Context, w, src string, p pipe, decodeLimit
 	tag := src
 	b.addFigure(w, tag+": source into the log", rows/d.log.Seconds(), "rows/s", decodeLimit, fmt.Sprintf("%.1f s", d.log.Seconds()))
 	b.addFigure(w, tag+": log write bandwidth", float64(d.logBytes)/d.log.Seconds()/1e6, "MB/s", limDisk, fmt.Sprintf("%.0f MB of topic data", float64(d.logBytes)/1e6))
-	b.addFigure(w, tag+": into Redis", rows/d.redis.Seconds(), "rows/s", limRedisHSET, fmt.Sprintf("%.1f s", d.redis.Seconds()))
-	b.addFigure(w, tag+": into Elasticsearch", rows/d.es.Seconds(), "rows/s", limESBulk, fmt.Sprintf("%.1f s", d.es.Seconds()))
+	b.addFigure(w, tag+": into Redis", rows/d.redis.Seconds(), "rows/s", limRedisHSET+suffix, fmt.Sprintf("%.1f s", d.redis.Seconds()))
+	b.addFigure(w, tag+": into Elasticsearch", rows/d.es.Seconds(), "rows/s", limESBulk+suffix, fmt.Sprintf("%.1f s", d.es.Seconds()))
 	// the goal's limit: the slower of source decode and sink apply
 	lim := b.rep.limit(decodeLimit)
 	limName := decodeLimit
-	for _, l := range []string{limRedisHSET, limESBulk} {
+	for _, l := range []string{limRedisHSET + suffix, limESBulk + suffix} {
 		if v := b.rep.limit(l); v > 0 && v < lim {
 			lim, limName = v, l
 		}
@@ -313,4 +322,13 @@ func (b *bench) cpuFiguresOf(w, src string, use map[string]float64, busy, rows f
 		}
 	}
 	b.addFigure(w, src+": machine CPU busy during the drain", busy*100, "%", "", fmt.Sprintf("of %d cores", runtime.NumCPU()))
+	var ours float64
+	for name, v := range use {
+		if name != "other processes" {
+			ours += v
+		}
+	}
+	if other := use["other processes"]; other > 0.25*ours {
+		b.note("%s %s: the machine was shared: other processes (other work on the machine and the bench command itself) used %.0f CPU s during the drain, sluice and its servers %.0f CPU s", w, src, other, ours)
+	}
 }
