@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/connect"
 	"github.com/sluice-cdc/sluice/connect/runtime"
+	"github.com/sluice-cdc/sluice/wal/raft"
 )
 
 // Metrics serves /metrics in Prometheus's format:
@@ -30,6 +31,8 @@ import (
 //     method retries, version_conflicts_skipped, ...;
 //   - per log partition: size, log start and end offsets, high watermark, segments, compaction
 //     runs and the bytes they removed (counted since the process started);
+//   - with a replicated log, per partition this node replicates: its Raft role, whether it
+//     serves, term, leader, commit and last index, and on the leader each follower's lag;
 //   - the process and Go runtime collectors.
 //
 // Plugin statistics are discovered on the running task's instance: a method Stats() returning
@@ -213,6 +216,52 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descs.partCompacted, prometheus.CounterValue, float64(p.CompactedBytes), t, ps)
 		}
 	}
+	if rl, ok := c.rt.Log().(replicated); ok {
+		collectReplication(ch, rl.Partitions())
+	}
+}
+
+// replicated is a log that replicates its partitions (wal/raft).
+type replicated interface{ Partitions() []raft.PartitionStatus }
+
+var replDescs = struct {
+	role, serving, term, leader, commit, last, followerLag, followerActive *prometheus.Desc
+}{
+	role:           prometheus.NewDesc("sluice_replication_role", "1 for this node's Raft role in the partition (leader, follower, candidate, pre-candidate, failed).", []string{"topic", "partition", "role"}, nil),
+	serving:        prometheus.NewDesc("sluice_replication_serving", "1 when this node leads the partition and committed an entry of its term: it serves appends and reads.", []string{"topic", "partition"}, nil),
+	term:           prometheus.NewDesc("sluice_replication_term", "The partition's Raft term on this node.", []string{"topic", "partition"}, nil),
+	leader:         prometheus.NewDesc("sluice_replication_leader", "The node id of the partition's leader as this node knows it (0: none).", []string{"topic", "partition"}, nil),
+	commit:         prometheus.NewDesc("sluice_replication_commit_index", "The partition's Raft commit index on this node.", []string{"topic", "partition"}, nil),
+	last:           prometheus.NewDesc("sluice_replication_last_index", "The partition's last Raft index on this node.", []string{"topic", "partition"}, nil),
+	followerLag:    prometheus.NewDesc("sluice_replication_follower_lag_entries", "On the leader: entries a follower is behind the leader's last index.", []string{"topic", "partition", "follower"}, nil),
+	followerActive: prometheus.NewDesc("sluice_replication_follower_active", "On the leader: 1 when the follower was heard from within an election timeout.", []string{"topic", "partition", "follower"}, nil),
+}
+
+func collectReplication(ch chan<- prometheus.Metric, parts []raft.PartitionStatus) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, p := range parts {
+		ps := strconv.Itoa(int(p.Partition))
+		gauge(replDescs.role, 1, p.Topic, ps, p.Role)
+		gauge(replDescs.serving, boolValue(p.Serving), p.Topic, ps)
+		gauge(replDescs.term, float64(p.Term), p.Topic, ps)
+		gauge(replDescs.leader, float64(p.Leader), p.Topic, ps)
+		gauge(replDescs.commit, float64(p.CommitIndex), p.Topic, ps)
+		gauge(replDescs.last, float64(p.LastIndex), p.Topic, ps)
+		for _, f := range p.Followers {
+			id := strconv.FormatUint(f.Node, 10)
+			gauge(replDescs.followerLag, float64(f.Lag), p.Topic, ps, id)
+			gauge(replDescs.followerActive, boolValue(f.Active), p.Topic, ps, id)
+		}
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // statMetric is one value of a plugin's Stats.

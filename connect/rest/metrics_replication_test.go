@@ -1,0 +1,151 @@
+package rest_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/connect/rest"
+	"github.com/sluice-cdc/sluice/connect/runtime"
+	"github.com/sluice-cdc/sluice/sources/datagen"
+	"github.com/sluice-cdc/sluice/wal"
+	"github.com/sluice-cdc/sluice/wal/raft"
+)
+
+// With a replicated log, /metrics shows each partition's replication state: on the leader its
+// role, that it serves, the term, itself as leader, the commit index that covers the appends,
+// and both followers caught up; on a follower the follower role and the leader's id.
+func TestMetricsReplication(t *testing.T) {
+	var addrs []string
+	var lns []net.Listener
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	var nodes []raft.Node
+	for i, a := range addrs {
+		nodes = append(nodes, raft.Node{ID: uint64(i + 1), Addr: a})
+	}
+	dir := t.TempDir()
+	logs := make([]*raft.Log, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 3)
+	for i := range logs {
+		l, err := raft.Open(raft.Config{Dir: filepath.Join(dir, fmt.Sprint(i+1)), NodeID: uint64(i + 1), Nodes: nodes,
+			ListenAddr: addrs[i], TickInterval: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs[i] = l
+		go func() { done <- l.Run(ctx) }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range logs {
+			<-done
+		}
+		for _, l := range logs {
+			l.Close()
+		}
+	})
+	if err := logs[0].CreateTopicReplicas(ctx, "t", wal.DefaultTopicConfig(), 3); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+		_, err := logs[0].Append(actx, "t", 0, []wal.Record{{Value: []byte(fmt.Sprint(i)), Timestamp: time.Now()}}, wal.AppendOptions{})
+		acancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader := -1
+	deadline := time.Now().Add(20 * time.Second)
+	for leader < 0 {
+		for i, l := range logs {
+			for _, p := range l.Partitions() {
+				if p.Topic == "t" && p.Serving && len(p.Followers) == 2 && p.Followers[0].Lag == 0 && p.Followers[1].Lag == 0 {
+					leader = i
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no leader with both followers caught up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	scrape := func(l *raft.Log) map[string]float64 {
+		t.Helper()
+		reg, err := connect.NewRegistry(datagen.Plugin())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := runtime.New(runtime.Options{Log: l, Registry: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := rest.NewMetrics()
+		m.Attach(rt)
+		got, err := m.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	var st raft.PartitionStatus
+	for _, p := range logs[leader].Partitions() {
+		if p.Topic == "t" {
+			st = p
+		}
+	}
+	got := scrape(logs[leader])
+	id := fmt.Sprint(leader + 1)
+	want := map[string]float64{
+		`sluice_replication_role{partition="0",role="leader",topic="t"}`: 1,
+		`sluice_replication_serving{partition="0",topic="t"}`:            1,
+		`sluice_replication_term{partition="0",topic="t"}`:               float64(st.Term),
+		`sluice_replication_leader{partition="0",topic="t"}`:             float64(leader + 1),
+		`sluice_replication_commit_index{partition="0",topic="t"}`:       float64(st.CommitIndex),
+		`sluice_replication_last_index{partition="0",topic="t"}`:         float64(st.LastIndex),
+	}
+	for _, f := range st.Followers {
+		want[fmt.Sprintf(`sluice_replication_follower_lag_entries{follower="%d",partition="0",topic="t"}`, f.Node)] = 0
+		want[fmt.Sprintf(`sluice_replication_follower_active{follower="%d",partition="0",topic="t"}`, f.Node)] = 1
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("leader (node %s): %s = %v (present %v), want %v", id, k, g, ok, v)
+		}
+	}
+	if st.CommitIndex < 5 || st.Term == 0 {
+		t.Errorf("leader status %+v: want a term and a commit index covering the 5 appends", st)
+	}
+	follower := (leader + 1) % 3
+	got = scrape(logs[follower])
+	for k, v := range map[string]float64{
+		`sluice_replication_role{partition="0",role="follower",topic="t"}`: 1,
+		`sluice_replication_serving{partition="0",topic="t"}`:              0,
+		`sluice_replication_leader{partition="0",topic="t"}`:               float64(leader + 1),
+	} {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("follower (node %d): %s = %v (present %v), want %v", follower+1, k, g, ok, v)
+		}
+	}
+	for k := range got {
+		if strings.HasPrefix(k, "sluice_replication_follower_lag_entries{") && strings.Contains(k, `topic="t"`) {
+			t.Errorf("a follower reports follower lag: %s", k)
+		}
+	}
+}
