@@ -347,3 +347,114 @@ func TestOrdersGrow(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotLagPause: chunks wait while the source's backlog in bytes (PostgreSQL's slot lag)
+// is above its limit, and go on once it is not.
+func TestSlotLagPause(t *testing.T) {
+	c := &clock{now: time.Unix(1000, 0)}
+	var lag, limit int64 = 0, 1 << 20
+	e := New(Options{Settings: Settings{ChunkSize: 10}, Now: c.Now, LagBytes: func() (int64, int64) { return lag, limit },
+		Tables: func(context.Context) ([]Table, error) { return []Table{{ID: "db.a", Key: []string{"id"}}}, nil }})
+	if err := e.Open(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Signal(context.Background(), SignalExecute, []byte(`{"data-collections":["db.a"]}`), OriginAPI, "r"); err != nil {
+		t.Fatal(err)
+	}
+	e.Begin(nil, 1) // applies the command
+	lag = 2 << 20
+	if st := e.Begin(nil, 1); st.Kind != StepWait || st.Wait <= 0 || e.Status().State != "THROTTLED" || e.Status().Throttled != "max.slot.lag.bytes" {
+		t.Fatalf("step %+v, status %+v; want a wait for the slot lag", st, e.Status())
+	}
+	if tasks := e.Prefetch(); tasks != nil {
+		t.Fatalf("a chunk read ahead while the slot lag is above its limit: %v", tasks)
+	}
+	limit = 0 // no limit
+	if st := e.Begin(nil, 1); st.Kind != StepOpen {
+		t.Fatalf("step %+v with no limit, want open", st)
+	}
+}
+
+// TestNotifications follows a table's snapshot through Debezium's notifications on the
+// notification topic, and a stopped one.
+func TestNotifications(t *testing.T) {
+	c := &clock{now: time.Unix(1000, 0)}
+	e := newTestEngine(t, Settings{ChunkSize: 10, NotifySink: true, NotifyTopic: "notes"}, c, nil)
+	type note struct{ typ, agg, data string }
+	notes := func(recs []connect.Record) []note {
+		t.Helper()
+		var out []note
+		for _, r := range recs {
+			if r.Topic != "notes" {
+				t.Fatalf("notification on topic %q", r.Topic)
+			}
+			v := r.Value.(connect.Row)
+			typ, _ := v.Get("type")
+			agg, _ := v.Get("aggregate_type")
+			data, _ := v.Get("additional_data")
+			b, err := connect.MarshalJSONValue(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, note{typ.(string), agg.(string), string(b)})
+		}
+		return out
+	}
+	want := func(what string, got, want []note) {
+		t.Helper()
+		if d := cmp.Diff(want, got, cmp.AllowUnexported(note{})); d != "" {
+			t.Fatalf("%s (-want +got):\n%s", what, d)
+		}
+	}
+	chunk := func(mark Mark, read int, last string, exhausted bool) []connect.Record {
+		t.Helper()
+		st := e.Begin([]byte{1}, mark)
+		if st.Kind != StepOpen {
+			t.Fatalf("step %v, want open", st.Kind)
+		}
+		e.Opened(&Window{Task: st.Tasks[0], Low: mark, High: mark})
+		if st = e.Begin([]byte{1}, mark); st.Kind != StepEmit {
+			t.Fatalf("step %v, want emit", st.Kind)
+		}
+		em := e.StartEmit(st.Window, []byte{1}, mark)
+		for range read {
+			em.Next()
+		}
+		recs, end := em.Done(read, []string{last}, exhausted)
+		e.Acked(end)
+		return recs
+	}
+	const inc = "Incremental Snapshot"
+	if _, err := e.Signal(context.Background(), SignalExecute, []byte(`{"data-collections":["db.a"]}`), OriginAPI, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	st := e.Begin([]byte{1}, 5)
+	if st.Kind != StepNotify {
+		t.Fatalf("step %v, want the notification of the start", st.Kind)
+	}
+	want("start", notes(st.Records), []note{{"STARTED", inc, `{"connector_name":"c","data_collections":"db.a"}`}})
+	want("first chunk", notes(chunk(10, 10, "9", false)), []note{
+		{"IN_PROGRESS", inc, `{"connector_name":"c","data_collections":"db.a","current_collection_in_progress":"db.a","last_processed_key":"[\"9\"]","chunk_id":"1","rows_scanned":"10"}`},
+	})
+	want("last chunk", notes(chunk(20, 4, "13", true)), []note{
+		{"IN_PROGRESS", inc, `{"connector_name":"c","data_collections":"db.a","current_collection_in_progress":"db.a","last_processed_key":"[\"13\"]","chunk_id":"2","rows_scanned":"14"}`},
+		{"TABLE_SCAN_COMPLETED", inc, `{"connector_name":"c","data_collection":"db.a","scanned_collection":"db.a","total_rows_scanned":"14","status":"SUCCEEDED"}`},
+		{"COMPLETED", inc, `{"connector_name":"c"}`},
+	})
+	if s := e.Stats(); s.ChunkID != 2 || s.RowsScanned["db.a"] != 14 || s.RemainingTableCount != 0 || s.IncrementalSnapshotRunning {
+		t.Fatalf("stats after the snapshot: %+v", s)
+	}
+
+	// a stopped snapshot: ABORTED with the tables
+	if _, err := e.Signal(context.Background(), SignalExecute, []byte(`{"data-collections":["db.b"],"type":"blocking"}`), OriginAPI, "r2"); err != nil {
+		t.Fatal(err)
+	}
+	want("blocking start", notes(e.Begin([]byte{1}, 30).Records), []note{{"STARTED", "Blocking Snapshot", `{"connector_name":"c","data_collections":"db.b"}`}})
+	if _, err := e.Signal(context.Background(), SignalStop, []byte(`{"data-collections":["db\\.b"]}`), OriginAPI, "r3"); err != nil {
+		t.Fatal(err)
+	}
+	want("stop", notes(e.Begin([]byte{1}, 30).Records), []note{
+		{"TABLE_SCAN_COMPLETED", "Blocking Snapshot", `{"connector_name":"c","data_collection":"db.b","scanned_collection":"db.b","total_rows_scanned":"0","status":"STOPPED"}`},
+		{"ABORTED", inc, `{"connector_name":"c","data_collections":"db.b"}`},
+	})
+}
