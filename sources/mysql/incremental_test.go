@@ -484,7 +484,9 @@ func TestIncrementalSnapshotResumesAfterKills(t *testing.T) {
 	}
 }
 
-// TestIncrementalSnapshotFilter emits only the rows of an additional condition.
+// TestIncrementalSnapshotFilter emits only the rows of an additional condition, and writes
+// nothing to the server: its binlog does not move. The request is taken at once on an idle
+// server.
 func TestIncrementalSnapshotFilter(t *testing.T) {
 	m := sharedMariaDB(t)
 	db := testDB(t, m)
@@ -494,10 +496,17 @@ func TestIncrementalSnapshotFilter(t *testing.T) {
 	l := &incrLog{}
 	src := l.open(t, cfg, &memStore{})
 	id := db + ".t"
+	file, pos := binlogHeadOf(t, m)
 	if err := signalSource(t, src, snapshot.SignalExecute, `{"data-collections":["`+id+`"],"additional-conditions":[{"data-collection":"`+id+`","filter":"note = 'eu' AND id < 2000"}]}`); err != nil {
 		t.Fatal(err)
 	}
-	l.read(t, src, time.Minute, func() bool { return tableDone(snapshotStatus(t, src), id) })
+	// nothing is written and heartbeat.interval.ms is not set: no binlog event comes (the
+	// server's replication heartbeat every 30 s at the earliest), so the request itself must
+	// wake the stream
+	l.read(t, src, 10*time.Second, func() bool { return tableDone(snapshotStatus(t, src), id) })
+	if f, p := binlogHeadOf(t, m); f != file || p != pos {
+		t.Fatalf("the binlog moved from %s:%d to %s:%d during the snapshot: it wrote to the server", file, pos, f, p)
+	}
 	want := tableState(t, m, db, "t")
 	for k, v := range want {
 		if !strings.Contains(v, `"note":"eu"`) || len(k) > len(`{"id":1999}`) || k >= `{"id":2000}` && len(k) == len(`{"id":2000}`) {

@@ -454,8 +454,10 @@ func (m *streamer) readBatch(ctx context.Context) (connect.Batch, error) {
 					pokeC = poke.C
 				}
 			}
-			wake = in.e.Wake()
 		}
+		// also while the engine is idle: a snapshot command wakes it (on an idle server no
+		// binlog event would come for it)
+		wake = in.e.Wake()
 		it, woke, err := m.next(ctx, len(b.recs) == 0, hb, wake, pokeC)
 		if it.err != nil {
 			return connect.Batch{}, it.err
