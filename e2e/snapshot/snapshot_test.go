@@ -376,6 +376,17 @@ func TestFilteredSnapshot(t *testing.T) {
 			n.start()
 			n.must("POST", "/connectors/src/snapshots", `{"data-collections":["`+escape(d.id("items"))+`"],"additional-conditions":[{"data-collection":"`+escape(d.id("items"))+`","filter":"v < 100 AND id >= 5000"}]}`, 202)
 			progress(n, d.id("items"), time.Minute)
+			// the metrics of the snapshot, Debezium's names
+			metrics := string(n.must("GET", "/metrics", "", 200))
+			for _, want := range []string{
+				`sluice_source_rows_scanned{connector="src",table="` + d.id("items") + `"} 1500`,
+				`sluice_source_remaining_table_count{connector="src"} 0`,
+				`sluice_source_chunk_id{connector="src"} 2`,
+			} {
+				if !strings.Contains(metrics, want+"\n") {
+					t.Errorf("/metrics lacks %s", want)
+				}
+			}
 			n.stop()
 			reads := 0
 			for _, r := range n.readTopic(d.topic("items")) {
