@@ -290,6 +290,14 @@ func TestSnapshotControl(t *testing.T) {
 				t.Fatalf("sluice snapshots start: %v\n%s", err, out)
 			}
 			n.waitFor("the CLI's snapshot", time.Minute, func() bool { return n.status().RemainingTables == 1 })
+			// CLI: pause, resume
+			for _, sub := range []string{"pause", "resume"} {
+				out, err = exec.Command(sluiceBin(t), "snapshots", sub, "src", "--server", n.api).CombinedOutput()
+				if err != nil || !strings.Contains(string(out), "snapshot of src: "+sub+" requested") {
+					t.Fatalf("sluice snapshots %s: %v\n%s", sub, err, out)
+				}
+				n.waitFor("the CLI's "+sub, time.Minute, func() bool { return (n.status().State == "PAUSED") == (sub == "pause") })
+			}
 			out, err = exec.Command(sluiceBin(t), "snapshots", "stop", "src", "--server", n.api).CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "stop requested for every table") {
 				t.Fatalf("sluice snapshots stop: %v\n%s", err, out)
