@@ -4,13 +4,17 @@
 // row by row, and writes a Markdown report and a JSON file:
 //
 //	make bench                                   # setup, build, then this command
-//	go run ./e2e/bench [-bin bin/sluice] [-out DIR] [-only W1,W2] [-rows N] [-duration D]
+//	go run ./e2e/bench [-bin bin/sluice] [-out DIR] [-only W1,W2] [-rows N] [-snapshot-rows N] [-duration D] [-keep]
 //
 // Workloads: calibration (always), W1 backlog drain, W2 latency ladder, W3 snapshot, W4 crash
 // recovery, W5 the backlog drain on a 3-node replicated log. Every figure is reported with its
 // ratio to a limit measured in the same run, and every goal of issue 12 as PASS or MISS. The
 // command exits 1 when a parity check finds a difference or a workload fails, 0 otherwise
 // (a missed performance goal is reported, not an error).
+//
+// The sluice binary serves no pprof endpoint; for W1's CPU profiles the command builds a
+// second binary from the same sources with one file added through `go build -overlay`
+// (profile.go), so the repository itself is not changed.
 package main
 
 import (
