@@ -25,6 +25,8 @@ type options struct {
 	SnapshotRows int
 	Duration     time.Duration
 	KeepLogs     bool
+	// MaxPoll sets the sinks' consumer.override.max.poll.records (0: sluice's default).
+	MaxPoll int
 }
 
 // bench is one run: the servers, the sluice binaries and the report being filled.

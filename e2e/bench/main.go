@@ -4,7 +4,7 @@
 // row by row, and writes a Markdown report and a JSON file:
 //
 //	make bench                                   # setup, build, then this command
-//	go run ./e2e/bench [-bin bin/sluice] [-out DIR] [-only W1,W2] [-rows N] [-snapshot-rows N] [-duration D] [-keep]
+//	go run ./e2e/bench [-bin bin/sluice] [-out DIR] [-only W1,W2] [-rows N] [-snapshot-rows N] [-duration D] [-max-poll N] [-keep]
 //
 // Workloads: calibration (always), W1 backlog drain, W2 latency ladder, W3 snapshot, W4 crash
 // recovery, W5 the backlog drain on a 3-node replicated log. Every figure is reported with its
@@ -37,6 +37,7 @@ func main() {
 	flag.IntVar(&opts.Rows, "rows", 1_000_000, "rows of the W1/W5 backlog")
 	flag.IntVar(&opts.SnapshotRows, "snapshot-rows", 0, "rows of W3's table (default: -rows; issue 12 names 2,000,000, which takes the run past 25 minutes on 2 cores)")
 	flag.DurationVar(&opts.Duration, "duration", 15*time.Second, "length of each W2 rung and of the W4 run")
+	flag.IntVar(&opts.MaxPoll, "max-poll", 0, "the sinks' consumer.override.max.poll.records, for experiments (default: sluice's own, 500)")
 	flag.BoolVar(&opts.KeepLogs, "keep", false, "keep the work dir (sluice logs and data) after the run")
 	flag.Parse()
 	if opts.SnapshotRows <= 0 {

@@ -26,6 +26,7 @@ type pipe struct {
 	Extra        map[string]string // more source keys
 
 	Sinks    bool
+	MaxPoll  int    // the sinks' consumer.override.max.poll.records (0: the default, 500)
 	Refresh  string // the Elasticsearch index refresh interval
 	SinkOnly bool   // no connectors at all (W5's other nodes)
 
@@ -86,6 +87,9 @@ connectors:
       connection.url: http://127.0.0.1:{{.ESPort}}
       topics: {{.Prefix}}.{{.DB}}.{{.Table}}
       index.settings: '{"index.refresh_interval":"{{.Refresh}}","number_of_replicas":0}'
+{{- if .MaxPoll}}
+      consumer.override.max.poll.records: {{.MaxPoll}}
+{{- end}}
       transforms: unwrap
       transforms.unwrap.type: io.debezium.transforms.ExtractNewRecordState
 
@@ -95,6 +99,9 @@ connectors:
       redis.uri: redis://127.0.0.1:{{.RedisPort}}
       topics: {{.Prefix}}.{{.DB}}.{{.Table}}
       redis.key: ${topic}:${key}
+{{- if .MaxPoll}}
+      consumer.override.max.poll.records: {{.MaxPoll}}
+{{- end}}
       transforms: unwrap
       transforms.unwrap.type: io.debezium.transforms.ExtractNewRecordState
 {{- end}}
@@ -106,7 +113,7 @@ var pipelineTmpl = template.Must(template.New("pipeline").Parse(pipelineTemplate
 // newPipe fills the server addresses of a pipe.
 func (b *bench) newPipe(kind, prefix, db string) pipe {
 	return pipe{
-		Kind: kind, Prefix: prefix, DB: db, Table: "t", Refresh: esRefresh,
+		Kind: kind, Prefix: prefix, DB: db, Table: "t", Refresh: esRefresh, MaxPoll: b.opts.MaxPoll,
 		MySQLPort: b.my.Port, MySQLUser: b.my.ReplUser, PGPort: b.pg.Port, PGUser: b.pg.User,
 		RedisPort: b.rds.Port, ESPort: b.es.Port,
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -285,6 +286,9 @@ func sinkConfigs(p pipe) map[string]map[string]string {
 		m["topics"] = p.topic()
 		m["transforms"] = "unwrap"
 		m["transforms.unwrap.type"] = "io.debezium.transforms.ExtractNewRecordState"
+		if p.MaxPoll > 0 {
+			m["consumer.override.max.poll.records"] = strconv.Itoa(p.MaxPoll)
+		}
 		return m
 	}
 	return map[string]map[string]string{
