@@ -258,10 +258,120 @@ func check(t testing.TB, dir, db string, c *client.Conn) (diff string, n int) {
 	return strings.Join(out, "\n"), n
 }
 
+// appendSizes are the sizes of the transactions of the append writer, in turn: single rows,
+// small transactions, and transactions longer than a batch (max.batch.size 300).
+var appendSizes = []int{1, 7, 1, 700, 3, 1, 40, 2, 1500}
+
+// appender inserts rows with ids 1, 2, ... into appends, in transactions of appendSizes (a
+// statement per 100 rows), until stop is closed; it returns the last id committed.
+func appender(t testing.TB, m *harness.MariaDB, db string, stop <-chan struct{}) int {
+	w, err := client.Connect(m.Addr(), m.AppUser, m.AppPassword, db)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	defer w.Close()
+	id := 0
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return id
+		default:
+		}
+		size := appendSizes[n%len(appendSizes)]
+		qs := []string{"BEGIN"}
+		next := id
+		for left := size; left > 0; left -= 100 {
+			var vals []string
+			for range min(left, 100) {
+				next++
+				vals = append(vals, fmt.Sprintf("(%d, %d)", next, n))
+			}
+			qs = append(qs, "INSERT INTO appends (id, tx) VALUES "+strings.Join(vals, ","))
+		}
+		qs = append(qs, "COMMIT")
+		for _, q := range qs {
+			if _, err := w.Execute(q); err != nil {
+				t.Errorf("append writer: %.60s: %v", q, err)
+				return id
+			}
+		}
+		id = next
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkAppends fails if an id of the appends topic is in the log twice, or in a change other
+// than an insert (or a snapshot read), and describes the ids of 1..last it lacks.
+func checkAppends(t testing.TB, dir, db string, last int) string {
+	seen := make([]int, last+1)
+	for _, recs := range topicRecords(t, dir, "kill."+db+".appends") {
+		for _, r := range recs {
+			if r.Value == nil {
+				t.Fatalf("appends: a tombstone for key %s", r.Key)
+			}
+			v, err := connect.ParseJSON(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, err := connect.ParseChangeEvent(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Op != connect.OpCreate && ev.Op != connect.OpRead {
+				t.Fatalf("appends: a %s event for key %s", ev.Op, r.Key)
+			}
+			idv, _ := ev.After.Get("id")
+			id, ok := idv.(int64)
+			if !ok || id < 1 || id > int64(last) {
+				t.Fatalf("appends: id %v (%T) was never inserted (ids 1..%d were)", idv, idv, last)
+			}
+			if seen[id]++; seen[id] > 1 {
+				t.Fatalf("appends: id %d is in the log %d times", id, seen[id])
+			}
+		}
+	}
+	var missing []string
+	for id := 1; id <= last; id++ {
+		if seen[id] == 0 {
+			missing = append(missing, strconv.Itoa(id))
+		}
+	}
+	if len(missing) > 10 {
+		missing = append(missing[:10], fmt.Sprintf("... (%d in all)", len(missing)))
+	}
+	if len(missing) > 0 {
+		return "appends: ids missing from the log: " + strings.Join(missing, ", ")
+	}
+	return ""
+}
+
+// countLog counts the lines of dir/sluice.log that contain s.
+func countLog(dir, s string) int {
+	b, _ := os.ReadFile(filepath.Join(dir, "sluice.log"))
+	return strings.Count(string(b), s)
+}
+
+// midTxResumes counts the runs in dir/sluice.log whose binlog reader started inside a
+// transaction (skipping rows of it the log holds).
+func midTxResumes(dir string) int {
+	b, _ := os.ReadFile(filepath.Join(dir, "sluice.log"))
+	n := 0
+	for _, ln := range strings.Split(string(b), "\n") {
+		if strings.Contains(ln, "binlog reader started") && strings.Contains(ln, " skip_rows=") && !strings.Contains(ln, " skip_rows=0") {
+			n++
+		}
+	}
+	return n
+}
+
 // TestKillDuringSnapshotAndStreaming runs `sluice run` with the MySQL source and kills it with
 // SIGKILL at random moments, first while it snapshots a 40,000-row table and then while it
-// streams the changes of a concurrent writer. Afterwards the topic holds every change once and
-// the state derived from it equals the table. SLUICE_MYSQL_KILLS sets the number of kills
+// streams the changes of a concurrent writer; every other run is stopped gracefully instead,
+// right after its binlog reader started after a pause, while it catches up. Afterwards the topic holds every change once and
+// the state derived from it equals the table. Alongside, an append writer inserts unique ids
+// in transactions of 1 to 1,500 rows: each must be in the log exactly once (a later write to
+// the same key cannot hide a lost change there). SLUICE_MYSQL_KILLS sets the number of kills
 // (default 6; SLUICE_SOAK=1 makes it 60).
 func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 	m := setup(t)
@@ -270,7 +380,8 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 	ctx := context.Background()
 	if err := m.Exec(ctx, "DROP DATABASE IF EXISTS "+db, "CREATE DATABASE "+db,
 		"USE "+db, "CREATE TABLE items (id INT AUTO_INCREMENT PRIMARY KEY, v INT NOT NULL, s VARCHAR(40) NOT NULL)",
-		"INSERT INTO items (v, s) SELECT seq % 1000, CONCAT('row ', seq) FROM seq_1_to_40000"); err != nil {
+		"INSERT INTO items (v, s) SELECT seq % 1000, CONCAT('row ', seq) FROM seq_1_to_40000",
+		"CREATE TABLE appends (id INT PRIMARY KEY, tx INT NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
 	c, err := client.Connect(m.Addr(), m.AppUser, m.AppPassword, db)
@@ -283,6 +394,8 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	appended := make(chan int, 1)
+	go func() { appended <- appender(t, m, db, stop) }()
 	wg.Add(1)
 	go func() { // the writer
 		defer wg.Done()
@@ -323,14 +436,40 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 
 	kills := iterations(6)
 	r := rand.New(rand.NewPCG(9, 9))
+	stops := 0
 	for i := 0; i < kills; i++ {
+		// two runs in four commit the position after each batch (the default interval makes
+		// a restart replay up to a second that the log already holds, and drop it)
+		path = pipeline(t, m, dir, db, map[string]string{"offset.flush.interval.ms": []string{"0", "1000"}[i/2%2]})
 		cmd := start(t, dir, path)
-		time.Sleep(time.Duration(300+r.IntN(1500)) * time.Millisecond)
-		cmd.Process.Signal(syscall.SIGKILL)
-		cmd.Wait()
+		if i%2 == 1 {
+			// a graceful stop while it catches up on the backlog of the pause before: the
+			// committed position is the log's end, most often inside a transaction, so the
+			// next run must skip exactly the rows of it that the log holds
+			started := countLog(dir, "binlog reader started")
+			for deadline := time.Now().Add(30 * time.Second); countLog(dir, "binlog reader started") == started; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("sluice run: no binlog reader started in 30s\n%s", logTail(dir))
+				}
+			}
+			time.Sleep(time.Duration(r.IntN(60)) * time.Millisecond)
+			cmd.Process.Signal(syscall.SIGTERM)
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("sluice run, stopped: %v\n%s", err, logTail(dir))
+			}
+			stops++
+		} else {
+			time.Sleep(time.Duration(200+r.IntN(1200)) * time.Millisecond)
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+		}
+		// down for a while: the writers go on, and the next run catches up on a backlog in
+		// full batches, most ending inside a transaction
+		time.Sleep(time.Duration(300+r.IntN(1200)) * time.Millisecond)
 	}
 	close(stop)
 	wg.Wait()
+	last := <-appended
 	// let sluice catch up, stopping it gracefully to read the log, until the state matches
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -341,8 +480,11 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 			t.Fatalf("sluice run: %v\n%s", err, logTail(dir))
 		}
 		diff, n := check(t, dir, db, c)
+		if d := checkAppends(t, dir, db, last); d != "" {
+			diff = strings.TrimPrefix(diff+"\n"+d, "\n")
+		}
 		if diff == "" {
-			t.Logf("%d records after %d kills", n, kills)
+			t.Logf("%d records and %d appends after %d kills and %d graceful stops (%d runs resumed inside a transaction)", n, last, kills-stops, stops, midTxResumes(dir))
 			break
 		}
 		if time.Now().After(deadline) {
