@@ -394,9 +394,19 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	appended := make(chan int, 1)
-	go func() { appended <- appender(t, m, db, stop) }()
-	wg.Add(1)
+	last := 0
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		last = appender(t, m, db, stop)
+	}()
+	// the writers stop before the test ends, also when it fails early (a t.Error after the
+	// end would panic)
+	stopWriters := sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+	})
+	defer stopWriters()
 	go func() { // the writer
 		defer wg.Done()
 		w, err := client.Connect(m.Addr(), m.AppUser, m.AppPassword, db)
@@ -449,6 +459,8 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 			started := countLog(dir, "binlog reader started")
 			for deadline := time.Now().Add(30 * time.Second); countLog(dir, "binlog reader started") == started; time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					cmd.Wait()
 					t.Fatalf("sluice run: no binlog reader started in 30s\n%s", logTail(dir))
 				}
 			}
@@ -467,9 +479,7 @@ func TestKillDuringSnapshotAndStreaming(t *testing.T) {
 		// full batches, most ending inside a transaction
 		time.Sleep(time.Duration(300+r.IntN(1200)) * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
-	last := <-appended
+	stopWriters()
 	// let sluice catch up, stopping it gracefully to read the log, until the state matches
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
