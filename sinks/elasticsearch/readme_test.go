@@ -8,7 +8,7 @@ import (
 
 // TestREADME: the README section documents every key of the plugin with its default.
 func TestREADME(t *testing.T) {
-	b, err := os.ReadFile("../README.section.md")
+	b, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
