@@ -74,7 +74,7 @@ func run(ctx context.Context, opts options) int {
 	fmt.Println()
 	md, _ := os.ReadFile(b.reportPath("report.md"))
 	os.Stdout.Write(md)
-	if len(b.rep.Errors) > 0 || b.rep.parityFailed() {
+	if b.rep.failed() {
 		fmt.Fprintf(os.Stderr, "bench: FAILED (%d errors, parity ok: %v)\n", len(b.rep.Errors), !b.rep.parityFailed())
 		return 1
 	}

@@ -90,6 +90,10 @@ type machine struct {
 	Servers   map[string]string `json:"servers"`
 }
 
+// failed says whether the run must exit non-zero: a workload error or any parity difference
+// (a missed performance goal is not a failure).
+func (r *report) failed() bool { return len(r.Errors) > 0 || r.parityFailed() }
+
 func (r *report) parityFailed() bool {
 	for _, p := range r.Parity {
 		if !p.ok() {
