@@ -63,7 +63,7 @@ type incr struct {
 	conns       []*client.Conn
 	models      map[string]*incrModel
 	engineOrder []byte // Order of the last record or batch the engine made
-	pf          *prefetch
+	pf          *snapshot.ReadAhead[openResult]
 	// parts are the batches of an emitted chunk not returned yet: a chunk goes to the log in
 	// batches of at most max.batch.size records, before the stream goes on
 	parts []connect.Batch
@@ -681,13 +681,6 @@ func estimate(c *client.Conn, m *incrModel, task *snapshot.Task) int64 {
 	return -1
 }
 
-// prefetch is a read of the next chunks started while the last chunk was emitted.
-type prefetch struct {
-	results []openResult
-	cancel  context.CancelFunc
-	done    chan struct{}
-}
-
 // startPrefetch reads the next chunks in the background when the engine knows them: their
 // queries run on the server while this chunk's records go to the log and are acknowledged.
 // The stream is not processed until finishPrefetch registered them.
@@ -701,36 +694,21 @@ func (s *Source) startPrefetch(ctx context.Context) error {
 	if err != nil || gone {
 		return nil // the next Begin opens them, and reports what is wrong
 	}
-	pctx, cancel := context.WithCancel(context.Background())
-	pf := &prefetch{results: make([]openResult, len(tasks)), cancel: cancel, done: make(chan struct{})}
-	in.pf = pf
-	go func() {
-		defer close(pf.done)
-		var wg sync.WaitGroup
-		for i := range tasks {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				pf.results[i] = s.openWindow(pctx, conns[i], models[i], tasks[i])
-			}()
-		}
-		wg.Wait()
-	}()
+	in.pf = snapshot.StartReadAhead(len(tasks), func(ctx context.Context, i int) openResult {
+		return s.openWindow(ctx, conns[i], models[i], tasks[i])
+	})
 	return nil
 }
 
 // finishPrefetch waits for the read started by startPrefetch and registers its windows.
 func (s *Source) finishPrefetch(ctx context.Context) error {
 	in := s.incr
-	pf := in.pf
-	select {
-	case <-pf.done:
-	case <-ctx.Done():
-		return ctx.Err()
+	results, err := in.pf.Wait(ctx)
+	if err != nil {
+		return err
 	}
 	in.pf = nil
-	pf.cancel()
-	for _, r := range pf.results {
+	for _, r := range results {
 		if r.err != nil {
 			// the connections may be broken: start over with new ones
 			for i, c := range in.conns {
@@ -742,14 +720,13 @@ func (s *Source) finishPrefetch(ctx context.Context) error {
 			break
 		}
 	}
-	return s.register(pf.results)
+	return s.register(results)
 }
 
 // dropPrefetch abandons a read ahead (the source closes).
 func (in *incr) dropPrefetch() {
-	if pf := in.pf; pf != nil {
-		pf.cancel()
-		<-pf.done
+	if in.pf != nil {
+		in.pf.Drop()
 		in.pf = nil
 	}
 }

@@ -530,14 +530,6 @@ func (s *Source) register(ctx context.Context, results []openResult) error {
 	return nil
 }
 
-// prefetch is a read of the next chunks started while the last chunk was emitted.
-type prefetch struct {
-	tasks   []*snapshot.Task
-	results []openResult
-	cancel  context.CancelFunc
-	done    chan struct{}
-}
-
 // startPrefetch reads the next chunks in the background when the engine knows them: their
 // queries run on the server while this chunk's records are built and appended. The stream
 // is not processed until finishPrefetch registered them.
@@ -559,45 +551,27 @@ func (s *Source) startPrefetch(ctx context.Context) error {
 		}
 		models[i], conns[i] = m, c
 	}
-	pctx, cancel := context.WithCancel(context.Background())
-	pf := &prefetch{tasks: tasks, results: make([]openResult, len(tasks)), cancel: cancel, done: make(chan struct{})}
-	s.prefetch = pf
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer close(pf.done)
-		var wg sync.WaitGroup
-		for i := range tasks {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				pf.results[i] = s.openWindow(pctx, conns[i], models[i], tasks[i])
-			}()
-		}
-		wg.Wait()
-	}()
+	s.prefetch = snapshot.StartReadAhead(len(tasks), func(ctx context.Context, i int) openResult {
+		return s.openWindow(ctx, conns[i], models[i], tasks[i])
+	})
 	return nil
 }
 
 // finishPrefetch waits for the read started by startPrefetch and registers its windows. A
 // cancelled ctx leaves it for the next Read.
 func (s *Source) finishPrefetch(ctx context.Context) error {
-	pf := s.prefetch
-	select {
-	case <-pf.done:
-	case <-ctx.Done():
-		return ctx.Err()
+	results, err := s.prefetch.Wait(ctx)
+	if err != nil {
+		return err
 	}
 	s.prefetch = nil
-	pf.cancel()
-	return s.register(ctx, pf.results)
+	return s.register(ctx, results)
 }
 
 // dropPrefetch abandons a read ahead (the connection is lost or the source closes).
 func (s *Source) dropPrefetch() {
-	if pf := s.prefetch; pf != nil {
-		pf.cancel()
-		<-pf.done
+	if s.prefetch != nil {
+		s.prefetch.Drop()
 		s.prefetch = nil
 	}
 }

@@ -62,11 +62,11 @@ type Source struct {
 	incrConns   []*pgx.Conn
 	incrModels  map[string]*incrModel
 	incrRing    xidRing
-	engineOrder []byte        // Order of the last record or batch the engine made
-	keyBuf      []byte        // scratch of touch
-	wantWALEnd  pglogrepl.LSN // a position watermark the stream must reach
-	prefetch    *prefetch     // the next chunks, read while the last was emitted
-	freshSnap   bool          // start began a snapshot from scratch
+	engineOrder []byte                          // Order of the last record or batch the engine made
+	keyBuf      []byte                          // scratch of touch
+	wantWALEnd  pglogrepl.LSN                   // a position watermark the stream must reach
+	prefetch    *snapshot.ReadAhead[openResult] // the next chunks, read while the last was emitted
+	freshSnap   bool                            // start began a snapshot from scratch
 
 	// boxed once for the records
 	boxPrefix, boxDB any
