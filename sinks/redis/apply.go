@@ -81,6 +81,9 @@ type plan struct {
 	strs    []string // marker values, boxed as *string (no allocation per argument)
 	mset    []any
 	read    []rowID // the rows whose markers the chunk read from Redis
+	// legacy holds the rows (redis.version.storage=field) whose version the chunk found in a
+	// marker key of a live row (written with storage key): the chunk deletes those keys
+	legacy map[rowID]bool
 
 	all   []goredis.Cmder // MULTI, the transaction, EXEC, WATCH, GET
 	cmds  []*goredis.Cmd  // the commands inside MULTI
@@ -122,7 +125,9 @@ func (s *Sink) fill(ctx context.Context, p *plan, prev *plan) error {
 	guard := !s.noGuard
 	now := nowNanos()
 	var need []string
+	var needRows []string // the rows' keys, when their versions may be in hash fields
 	var docKeys []string
+	field := guard && s.o.vfield != ""
 	for i := range ops {
 		o := &ops[i]
 		if guard {
@@ -133,6 +138,9 @@ func (s *Sink) fill(ctx context.Context, p *plan, prev *plan) error {
 					p.state[o.id] = marker{}
 					need = append(need, o.vkey)
 					p.read = append(p.read, o.id)
+					if field {
+						needRows = append(needRows, o.key)
+					}
 				}
 			}
 		}
@@ -169,8 +177,12 @@ func (s *Sink) fill(ctx context.Context, p *plan, prev *plan) error {
 			owner = c.Get(ctx, s.ownerKey())
 		}
 		var markers, rows *goredis.SliceCmd
+		var fields []*goredis.StringCmd
 		if len(need) > 0 {
 			markers = c.MGet(ctx, need...)
+		}
+		for _, k := range needRows {
+			fields = append(fields, c.HGet(ctx, k, s.o.vfield))
 		}
 		if len(docKeys) > 0 {
 			rows = c.MGet(ctx, docKeys...)
@@ -178,6 +190,9 @@ func (s *Sink) fill(ctx context.Context, p *plan, prev *plan) error {
 		cmds, _ := c.Exec(ctx)
 		for _, cmd := range cmds {
 			if err := cmd.Err(); err != nil && !errors.Is(err, goredis.Nil) {
+				if cmd.Name() == "hget" && strings.HasPrefix(err.Error(), "WRONGTYPE") {
+					continue // not a hash, so no version field: the write will be refused
+				}
 				return err
 			}
 		}
@@ -194,17 +209,43 @@ func (s *Sink) fill(ctx context.Context, p *plan, prev *plan) error {
 			p.reads = int64(len(need))
 			stream := s.o.typ == TypeStream
 			for i, v := range markers.Val() {
-				str, ok := v.(string)
-				if !ok {
-					continue // no marker
-				}
-				m, err := decodeMarker(str, stream)
-				if err != nil {
-					if bad == nil {
-						bad = map[rowID]error{}
+				var m, fm marker
+				if str, ok := v.(string); ok {
+					var err error
+					if m, err = decodeMarker(str, stream); err != nil {
+						if bad == nil {
+							bad = map[rowID]error{}
+						}
+						bad[p.read[i]] = fmt.Errorf("version marker %s: %w", need[i], err)
+						continue
 					}
-					bad[p.read[i]] = fmt.Errorf("version marker %s: %w", need[i], err)
-					continue
+				}
+				if fields != nil {
+					if str, err := fields[i].Result(); err == nil {
+						if fm, err = decodeMarker(str, false); err != nil {
+							if bad == nil {
+								bad = map[rowID]error{}
+							}
+							bad[p.read[i]] = fmt.Errorf("version field %s of %s: %w", s.o.vfield, needRows[i], err)
+							continue
+						}
+					}
+					if m.ok && m.fpState != fpDeleted {
+						// a live row's marker key (storage key before): the version moves
+						// into the hash at the row's next write
+						if p.legacy == nil {
+							p.legacy = map[rowID]bool{}
+						}
+						p.legacy[p.read[i]] = true
+					}
+					// the hash's field is the newer one unless the row was deleted after
+					// (DEL removed the field): a delete's marker key
+					if fm.ok && (!m.ok || fm.ver >= m.ver) {
+						m = fm
+					}
+				}
+				if !m.ok {
+					continue // no marker
 				}
 				m.exp = s.markerLife(m, now)
 				p.state[p.read[i]] = m
@@ -246,8 +287,11 @@ func (s *Sink) fill(ctx context.Context, p *plan, prev *plan) error {
 				return err
 			}
 		}
+		if guard {
+			d.after = s.nextMarker(o, d.before, now)
+		}
 		d.first = len(p.cmds)
-		s.queue(ctx, p, o, d.before, guard)
+		s.queue(ctx, p, o, d, guard)
 		d.n = len(p.cmds) - d.first
 		switch o.kind {
 		case 'J':
@@ -261,7 +305,6 @@ func (s *Sink) fill(ctx context.Context, p *plan, prev *plan) error {
 			if !d.before.touched {
 				p.touched = append(p.touched, i)
 			}
-			d.after = s.nextMarker(o, d.before, now)
 			d.after.touched = true
 			p.state[o.id] = d.after
 		}
@@ -492,7 +535,9 @@ func (s *Sink) nextMarker(o *op, cur marker, now int64) marker {
 	case 'H':
 		m.fpState, m.fp = fpHash, o.fp
 	case 'P':
-		m.fpState, m.fp = cur.fpState, cur.fp
+		if cur.fpState == fpHash {
+			m.fpState, m.fp = fpHash, cur.fp
+		} // else the hash holds some of the row's columns: no fingerprint (not "deleted")
 	case 'D':
 		m.fpState = fpDeleted
 	}
@@ -524,8 +569,9 @@ func (p *plan) do(ctx context.Context, args ...any) {
 	p.all = append(p.all, c)
 }
 
-// queue adds o's commands to the transaction.
-func (s *Sink) queue(ctx context.Context, p *plan, o *op, cur marker, guard bool) {
+// queue adds o's commands to the transaction (d: its decision, with the marker it leaves).
+func (s *Sink) queue(ctx context.Context, p *plan, o *op, d *decision, guard bool) {
+	cur := d.before
 	switch o.kind {
 	case 'H', 'P':
 		whole := false
@@ -534,7 +580,11 @@ func (s *Sink) queue(ctx context.Context, p *plan, o *op, cur marker, guard bool
 			p.do(ctx, "del", o.key)
 			whole = true
 		}
-		if len(o.args) > 2 {
+		if guard && s.o.vfield != "" {
+			// the version field, in the places toOp left spare (each plan sets them anew)
+			p.strs = append(p.strs, d.after.encode(false))
+			p.do(ctx, append(o.args, &s.o.vfield, &p.strs[len(p.strs)-1])...)
+		} else if len(o.args) > 2 {
 			p.do(ctx, o.args...)
 		}
 		if len(o.nulls) > 2 && !whole {
@@ -557,13 +607,20 @@ func (s *Sink) queue(ctx context.Context, p *plan, o *op, cur marker, guard bool
 }
 
 // queueMarkers adds the markers the chunk changed: those that never expire in one MSET, the
-// others one SET each.
+// others one SET each. With redis.version.storage=field only deleted rows' markers are keys.
 func (s *Sink) queueMarkers(ctx context.Context, p *plan, now int64) {
 	stream := s.o.typ == TypeStream
 	mset := append(p.mset[:0], "mset")
 	for _, i := range p.touched {
 		o := &p.ops[i]
 		m := p.state[o.id]
+		if s.o.vfield != "" && m.fpState != fpDeleted {
+			// the row's HSET wrote its version into the hash
+			if p.legacy[o.id] {
+				p.do(ctx, "del", &o.vkey)
+			}
+			continue
+		}
 		p.strs = append(p.strs, m.encode(stream))
 		v := &p.strs[len(p.strs)-1]
 		if m.exp == 0 {
@@ -604,6 +661,7 @@ func (s *Sink) release(p *plan) {
 	clear(p.strs)
 	clear(p.mset)
 	*p = plan{dec: p.dec[:0], state: p.state, docs: p.docs, touched: p.touched[:0], strs: p.strs[:0], all: p.all[:0], cmds: p.cmds[:0], mset: p.mset[:0], read: p.read[:0]}
+	// legacy is nil unless a chunk met old marker keys: dropped
 	if len(s.spare) < 2 {
 		s.spare = append(s.spare, p)
 	}
@@ -636,7 +694,7 @@ func (s *Sink) refused(ctx context.Context, p *plan, refused []int) ([]connect.R
 	// replay the markers of those rows without the refused operations
 	now := nowNanos()
 	fixed := map[rowID]marker{}
-	vkeys := map[rowID]string{}
+	vkeys, keys := map[rowID]string{}, map[rowID]string{}
 	for i := range p.ops {
 		o, d := &p.ops[i], &p.dec[i]
 		if !rows[o.id] {
@@ -649,16 +707,18 @@ func (s *Sink) refused(ctx context.Context, p *plan, refused []int) ([]connect.R
 		if d.apply && !failed[i] {
 			m = s.nextMarker(o, m, now)
 		}
-		fixed[o.id], vkeys[o.id] = m, o.vkey
+		fixed[o.id], vkeys[o.id], keys[o.id] = m, o.vkey, o.key
 	}
 	for id, m := range fixed {
 		p.state[id] = m
 	}
-	return out, s.fixMarkers(ctx, fixed, vkeys)
+	return out, s.fixMarkers(ctx, fixed, vkeys, keys)
 }
 
-// fixMarkers sets markers back in a transaction of their own, fenced like the others.
-func (s *Sink) fixMarkers(ctx context.Context, fixed map[rowID]marker, vkeys map[rowID]string) error {
+// fixMarkers sets markers back in a transaction of their own, fenced like the others. With
+// redis.version.storage=field a live row's marker is its hash's version field (a command
+// refused again, because the key is not a hash, leaves it as the refused write did).
+func (s *Sink) fixMarkers(ctx context.Context, fixed map[rowID]marker, vkeys, keys map[rowID]string) error {
 	stream := s.o.typ == TypeStream
 	now := nowNanos()
 	p := s.conn.Pipeline()
@@ -666,6 +726,10 @@ func (s *Sink) fixMarkers(ctx context.Context, fixed map[rowID]marker, vkeys map
 	var cmds []*goredis.Cmd
 	for id, m := range fixed {
 		switch {
+		case s.o.vfield != "" && !m.ok:
+			cmds = append(cmds, p.Do(ctx, "del", vkeys[id]), p.Do(ctx, "hdel", keys[id], s.o.vfield))
+		case s.o.vfield != "" && m.fpState != fpDeleted:
+			cmds = append(cmds, p.Do(ctx, "hset", keys[id], s.o.vfield, m.encode(stream)))
 		case !m.ok:
 			cmds = append(cmds, p.Do(ctx, "del", vkeys[id]))
 		case m.exp == 0:

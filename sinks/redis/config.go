@@ -46,6 +46,13 @@ const (
 	KeyRetryBackoffMx = "retry.backoff.max.ms"
 	KeyCleanupDelay   = "rebuild.cleanup.delay.ms"
 	KeyVersionCache   = "redis.version.cache.size"
+	KeyVersionStore   = "redis.version.storage"
+)
+
+// The values of redis.version.storage.
+const (
+	StoreField = "field"
+	StoreKey   = "key"
 )
 
 // The values of redis.type.
@@ -104,7 +111,9 @@ func configDef() connect.ConfigDef {
 		{Name: KeyMetaPrefix, Type: connect.TypeString, Default: "__sluice:${connector}:", HasDefault: true, Group: "Data", Importance: connect.Low, Check: checkMetaPrefix,
 			Doc: "Prefix of the keys sluice keeps beside the view: version markers, the live generation pointer (<prefix>live) and rebuilt generations. ${connector} is the connector's name; empty means the default."},
 		{Name: KeyVersionCache, Type: connect.TypeInt, Default: "500000", HasDefault: true, Check: connect.AtLeast(0), Group: "Data", Importance: connect.Low,
-			Doc: "The most row versions the sink remembers (about 120 bytes each), so that writes to those rows need not read their version markers; 0: read every marker."},
+			Doc: "The most row versions the sink remembers (56 bytes each), so that writes to those rows need not read their versions from Redis; 0: read every version."},
+		{Name: KeyVersionStore, Type: connect.TypeString, Default: StoreKey, HasDefault: true, Enum: []string{StoreField, StoreKey}, Group: "Data", Importance: connect.Medium,
+			Doc: "Where a hash row's version is kept. field: in the row's own hash, in the field <redis.meta.prefix>version, set by the same HSET as the columns (readers of the hash see that one extra field). key: in a marker key beside the row, so the hash holds exactly the row's columns, at the cost of a second key to write per row (more Redis CPU and memory). A deleted row leaves an expiring marker key either way; json rows and streams always use marker keys. Switch from field to key only with a rebuild: key does not read versions kept in fields."},
 		{Name: KeyWaitReplicas, Type: connect.TypeInt, Default: "0", HasDefault: true, Check: connect.AtLeast(0), Group: "Data", Importance: connect.Low,
 			Doc: "After each batch, WAIT until this many replicas have it (a retriable error otherwise); 0: do not wait."},
 		{Name: KeyWaitTimeout, Type: connect.TypeLong, Default: "1000", HasDefault: true, Check: connect.AtLeast(0), Group: "Data", Importance: connect.Low,
@@ -186,6 +195,9 @@ type options struct {
 	cleanDelay  time.Duration
 	cacheSize   int
 	connector   string
+	// vfield is the hash field that holds a row's version marker (redis.version.storage=field
+	// and redis.type=hash); "": marker keys only (the default).
+	vfield string
 }
 
 func parseOptions(cfg connect.Config, env connect.Env) (*options, error) {
@@ -234,6 +246,9 @@ func parseOptions(cfg connect.Config, env connect.Env) (*options, error) {
 	}
 	b, _ := meta.Render(nil, func(dst []byte, ph string) ([]byte, error) { return append(dst, env.Connector...), nil })
 	o.meta = string(b)
+	if o.typ == TypeHash && strings.ToLower(cfg.Enum(KeyVersionStore)) == StoreField {
+		o.vfield = o.meta + "version"
+	}
 	return o, nil
 }
 

@@ -102,6 +102,9 @@ func newTestSink(t testing.TB, addr string, db int, raw map[string]string, log *
 
 const meta = "__sluice:test:"
 
+// versionField is the hash field that holds a row's version with redis.version.storage=field.
+const versionField = meta + "version"
+
 func writeAll(t testing.TB, s *Sink, recs []connect.Record, seed uint64, max int) {
 	t.Helper()
 	ctx := testCtx(t)
@@ -190,6 +193,13 @@ func keyspace(t testing.TB, c *goredis.Client, typ, prefix string) map[string]an
 			if err != nil {
 				t.Fatalf("hgetall %s: %v", k, err)
 			}
+			// the version field (redis.version.storage=field) is sluice's, not the row's
+			if m, ok := v[versionField]; ok {
+				if _, err := decodeMarker(m, false); err != nil {
+					t.Fatalf("%s: version field: %v", k, err)
+				}
+				delete(v, versionField)
+			}
 			out[k] = v
 		}
 	}
@@ -237,6 +247,69 @@ func diffKeys(want, got map[string]any) string {
 		fmt.Fprintf(&b, "... %d stale key(s) in all\n", n)
 	}
 	return b.String()
+}
+
+// or returns v, or def when v is empty.
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// checkVersions checks that the versions of hash rows under prefix are kept where store
+// (redis.version.storage) says: with field, every row's hash holds a version field and every
+// marker key of generation 0 is a deleted row's, expiring; with key, no hash holds the field
+// and every row has a marker key. Rows of other types always have marker keys.
+func checkVersions(t testing.TB, c *goredis.Client, typ, store, prefix string) {
+	t.Helper()
+	ctx := testCtx(t)
+	rows, markers := map[string]bool{}, map[string]string{}
+	iter := c.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		switch {
+		case strings.HasPrefix(k, meta+"v:0:"):
+			v, err := c.Get(ctx, k).Result()
+			if err != nil {
+				t.Fatalf("get %s: %v", k, err)
+			}
+			markers[strings.TrimPrefix(k, meta+"v:0:")] = v
+		case strings.HasPrefix(k, prefix) && !(strings.HasPrefix(k, meta) && !strings.HasPrefix(k, meta+"g")):
+			rows[k] = true
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	field := typ == TypeHash && store == StoreField
+	for k := range rows {
+		if typ == TypeHash {
+			has, err := c.HExists(ctx, k, versionField).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if has != field {
+				t.Fatalf("row %s: version field present %v, want %v (redis.version.storage=%s)", k, has, field, store)
+			}
+		}
+		if !field {
+			if m, ok := markers[k]; !ok || strings.HasSuffix(m, "-") {
+				t.Fatalf("row %s: marker key %q (present %v), want a live row's", k, m, ok)
+			}
+		}
+	}
+	if field {
+		for k, m := range markers {
+			ttl, err := c.PTTL(ctx, meta+"v:0:"+k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasSuffix(m, "-") || ttl <= 0 {
+				t.Fatalf("marker key of %s: %q with TTL %v, want only expiring markers of deleted rows", k, m, ttl)
+			}
+		}
+	}
 }
 
 func mustWrite(t testing.TB, s *Sink, recs ...connect.Record) {

@@ -23,7 +23,9 @@ import (
 //
 // Each row's version marker is <meta>v:<gen>:<key> (stream entries: <meta>s:<gen>:<len>:<stream
 // key>:<row key>), so a generation's keys can be found with SCAN even in generation 0:
-// the markers name the rows. Other keys sluice keeps under <meta>: live.gen (the live
+// the markers name the rows. A hash row whose version is in its field <meta>version
+// (redis.version.storage=field) has no marker key unless it was deleted: generation 0's are
+// found by a SCAN of the hashes that hold that field (it names the connector). Other keys sluice keeps under <meta>: live.gen (the live
 // generation's number), next.gen (the last number handed out), building (generations being
 // rebuilt), cleanup (replaced generations whose keys are still being deleted).
 
@@ -175,7 +177,7 @@ func (s *Sink) AbortRebuild(ctx context.Context, rebuilt connect.Sink) error {
 // cleanupState is where the deletion of replaced generations stands.
 type cleanupState struct {
 	gens   []int
-	phase  int // 0: view keys under the generation's prefix, 1: row markers, 2: stream markers
+	phase  int // 0: view keys under the generation's prefix, 1: row markers, 2: stream markers, 3: generation 0's hashes with a version field
 	cursor uint64
 }
 
@@ -239,16 +241,28 @@ func (s *Sink) cleanStep(ctx context.Context, c *cleanupState) error {
 	case 1:
 		markerPrefix = s.metaKey("v:" + gs + ":")
 		pattern = globEscape(markerPrefix) + "*"
-	default:
+	case 2:
 		markerPrefix = s.metaKey("s:" + gs + ":")
 		pattern = globEscape(markerPrefix) + "*"
+	default:
+		if g != 0 || s.o.typ != TypeHash {
+			c.phase = 4
+			return s.cleanDone(ctx, c)
+		}
 	}
-	keys, cursor, err := s.rdb.Scan(ctx, c.cursor, pattern, 1000).Result()
+	var keys []string
+	var cursor uint64
+	var err error
+	if c.phase == 3 {
+		keys, cursor, err = s.versionedHashes(ctx, c.cursor)
+	} else {
+		keys, cursor, err = s.rdb.Scan(ctx, c.cursor, pattern, 1000).Result()
+	}
 	if err != nil {
 		return fmt.Errorf("clean up generation %d: %w", g, err)
 	}
 	del := keys
-	if g == 0 && c.phase > 0 {
+	if g == 0 && (c.phase == 1 || c.phase == 2) {
 		// generation 0's view keys have no prefix: the markers name them
 		del = make([]string, 0, 2*len(keys))
 		for _, k := range keys {
@@ -272,9 +286,50 @@ func (s *Sink) cleanStep(ctx context.Context, c *cleanupState) error {
 		return nil
 	}
 	c.phase++
-	if c.phase <= 2 {
+	if c.phase <= 3 {
 		return nil
 	}
+	return s.cleanDone(ctx, c)
+}
+
+// versionedHashes returns generation 0's rows found by one SCAN page from cursor whose
+// versions are in a hash field (redis.version.storage=field: no marker key names them): the
+// hashes outside the meta prefix that hold the field, which names this connector.
+func (s *Sink) versionedHashes(ctx context.Context, cursor uint64) ([]string, uint64, error) {
+	keys, next, err := s.rdb.ScanType(ctx, cursor, "*", 1000, "hash").Result()
+	if err != nil {
+		return nil, 0, err
+	}
+	field := s.o.meta + "version"
+	p := s.rdb.Pipeline()
+	var cand []string
+	var has []*goredis.BoolCmd
+	for _, k := range keys {
+		if strings.HasPrefix(k, s.o.meta) {
+			continue // sluice's own keys and rebuilt generations
+		}
+		cand = append(cand, k)
+		has = append(has, p.HExists(ctx, k, field))
+	}
+	if len(cand) == 0 {
+		return nil, next, nil
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		return nil, 0, err
+	}
+	var out []string
+	for i, h := range has {
+		if h.Val() {
+			out = append(out, cand[i])
+		}
+	}
+	return out, next, nil
+}
+
+// cleanDone finishes the cleanup of the first generation of c.
+func (s *Sink) cleanDone(ctx context.Context, c *cleanupState) error {
+	g := c.gens[0]
+	gs := strconv.Itoa(g)
 	if err := s.rdb.Del(ctx, s.metaKey("owner:"+gs)).Err(); err != nil {
 		return fmt.Errorf("clean up generation %d: %w", g, err)
 	}

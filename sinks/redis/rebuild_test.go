@@ -34,6 +34,7 @@ func readView(ctx context.Context, c *goredis.Client, keys []string, want map[st
 	}
 	for i, k := range keys {
 		got := cmds[i].Val()
+		delete(got, versionField) // sluice's (redis.version.storage=field)
 		w, ok := want[k]
 		if !ok {
 			if len(got) != 0 {
@@ -52,14 +53,33 @@ func readView(ctx context.Context, c *goredis.Client, keys []string, want map[st
 // replays the log into a fresh generation and switches to it. Every lookup, before, during and
 // after the switch, sees the complete view (every row, no deleted one); afterwards the
 // keyspace holds exactly the new generation, the live sink writes into it, and a second
-// rebuild replaces it in turn.
+// rebuild replaces it in turn. Versions are kept with either storage, also when generation 0
+// was written with the other one (its rows are found and deleted either way).
 func TestRebuild(t *testing.T) {
+	for _, tc := range []struct{ before, store string }{{StoreField, StoreField}, {StoreKey, StoreKey}, {StoreField, StoreKey}, {StoreKey, StoreField}} {
+		name := tc.store
+		if tc.before != tc.store {
+			name = tc.before + "-then-" + tc.store
+		}
+		t.Run(name, func(t *testing.T) { testRebuild(t, tc.before, tc.store) })
+	}
+}
+
+func testRebuild(t *testing.T, before, store string) {
 	addr, db := testDB(t)
 	c := client(t, addr, db)
 	w := sinktest.Generate(sinktest.Options{Seed: 21, Transactions: 600, Shape: sinktest.Envelope, Partial: true})
-	raw := map[string]string{KeyCleanupDelay: "200"}
+	raw := map[string]string{KeyCleanupDelay: "200", KeyVersionStore: before}
 	live := newTestSink(t, addr, db, raw, nil)
 	writeAll(t, live, w.Records, 1, 300)
+	checkVersions(t, c, TypeHash, before, "")
+	if store != before {
+		if err := live.Close(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		raw = map[string]string{KeyCleanupDelay: "200", KeyVersionStore: store}
+		live = newTestSink(t, addr, db, raw, nil)
+	}
 	want := expected(t, w, TypeHash, "")
 	var keys []string
 	seen := map[string]bool{}
@@ -158,6 +178,15 @@ func TestRebuild(t *testing.T) {
 		}
 		if d := diffKeys(expected2(want, prefix), keyspace(t, c, TypeHash, "")); d != "" {
 			t.Fatalf("keyspace after rebuild %d (only generation %d may be left):\n%s", gen, gen, d)
+		}
+		for k := range expected2(want, prefix) {
+			has, err := c.HExists(ctx, k, versionField).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if has != (store == StoreField) {
+				t.Fatalf("row %s of generation %d: version field present %v (redis.version.storage=%s)", k, gen, has, store)
+			}
 		}
 		markers, _ := c.Keys(ctx, meta+"v:*").Result()
 		for _, m := range markers {

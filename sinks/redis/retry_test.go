@@ -78,14 +78,15 @@ func (p *cutProxy) cut() {
 // streams hold each change once (a retried chunk must not trust what it remembered of the
 // chunk's rows).
 func TestConnectionCuts(t *testing.T) {
-	for _, typ := range []string{TypeHash, TypeStream} {
-		t.Run(typ, func(t *testing.T) {
+	for _, v := range []struct{ typ, store string }{{TypeHash, StoreField}, {TypeHash, StoreKey}, {TypeStream, ""}} {
+		typ := v.typ
+		t.Run(strings.Trim(typ+"-"+v.store, "-"), func(t *testing.T) {
 			addr, db := testDB(t)
 			c := client(t, addr, db)
 			proxy := newCutProxy(t, addr)
 			var logs syncBuffer
 			_, port, _ := net.SplitHostPort(proxy.ln.Addr().String())
-			s := newTestSink(t, "127.0.0.1:"+port, db, map[string]string{KeyType: typ, KeyMaxRetries: "1000", KeyRetryBackoff: "1", KeyRetryBackoffMx: "5", KeyBatchSize: "20"},
+			s := newTestSink(t, "127.0.0.1:"+port, db, map[string]string{KeyType: typ, KeyVersionStore: or(v.store, StoreField), KeyMaxRetries: "1000", KeyRetryBackoff: "1", KeyRetryBackoffMx: "5", KeyBatchSize: "20"},
 				slog.New(slog.NewTextHandler(&logs, nil)))
 			w := sinktest.Generate(sinktest.Options{Seed: 31, Transactions: 4000, Shape: sinktest.Envelope, Partial: true})
 			stop := make(chan struct{})

@@ -492,9 +492,13 @@ func (s *Sink) toOp(r *connect.Record, i int) (op, bool, error) {
 		} else {
 			o.fp = fingerprint(ch.Row)
 		}
-		o.args = make([]any, 2, 2+2*len(ch.Row))
+		// two spare places: the version field and its marker (apply.go)
+		o.args = make([]any, 2, 4+2*len(ch.Row))
 		o.args[0], o.args[1] = "hset", s.box(o.key)
 		for _, f := range ch.Row {
+			if s.o.vfield != "" && f.Name == s.o.vfield {
+				return op{}, false, fmt.Errorf("column %s: the hash field %s holds the row's version (redis.version.storage=field); rename the column or set redis.meta.prefix", f.Name, s.o.vfield)
+			}
 			if f.Value == nil {
 				if o.nulls == nil {
 					o.nulls = []any{"hdel", o.args[1]}

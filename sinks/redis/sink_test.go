@@ -24,9 +24,11 @@ import (
 // replaying the whole log twice more changes nothing; and injecting every superseded event
 // again, shuffled, changes nothing and is counted as a conflict each. The replays and the
 // injections go through new sink instances, which remember no version (one of them only a
-// few): they must find the versions in Redis, as after a restart.
+// few): they must find the versions in Redis, as after a restart. Hashes run with either
+// version storage (redis.version.storage), and the versions must be where it says.
 func TestWorkload(t *testing.T) {
-	for _, typ := range []string{TypeHash, TypeJSON} {
+	for _, v := range []struct{ typ, store string }{{TypeHash, StoreField}, {TypeHash, StoreKey}, {TypeJSON, ""}} {
+		typ := v.typ
 		for _, tc := range []struct {
 			name  string
 			shape sinktest.Shape
@@ -35,18 +37,19 @@ func TestWorkload(t *testing.T) {
 			{"rewrite", sinktest.Rewrite},
 			{"tombstones", sinktest.Tombstones},
 		} {
-			t.Run(typ+"/"+tc.name, func(t *testing.T) {
+			t.Run(strings.Trim(typ+"-"+v.store, "-")+"/"+tc.name, func(t *testing.T) {
 				addr, db := testDB(t)
 				c := client(t, addr, db)
 				w := sinktest.Generate(sinktest.Options{Seed: 42, Transactions: 1500, Shape: tc.shape, Partial: true, Truncates: true})
 				sink := func(cache string) *Sink {
-					return newTestSink(t, addr, db, map[string]string{KeyType: typ, KeyBatchSize: "37", KeyVersionCache: cache}, nil)
+					return newTestSink(t, addr, db, map[string]string{KeyType: typ, KeyBatchSize: "37", KeyVersionCache: cache, KeyVersionStore: or(v.store, StoreField)}, nil)
 				}
 				check := func(when string) {
 					t.Helper()
 					if d := diffKeys(expected(t, w, typ, ""), keyspace(t, c, typ, "")); d != "" {
 						t.Fatalf("%s: keyspace differs from the model:\n%s", when, d)
 					}
+					checkVersions(t, c, typ, v.store, "")
 				}
 				adds := func(s *Sink, records int) {
 					t.Helper()
@@ -218,11 +221,12 @@ func TestPartialUpdate(t *testing.T) {
 		r.Headers = r.Headers.Set(connect.HeaderUnchanged, []byte("bio"))
 		return r
 	}
-	for _, typ := range []string{TypeHash, TypeJSON} {
-		t.Run(typ, func(t *testing.T) {
+	for _, v := range []struct{ typ, store string }{{TypeHash, StoreField}, {TypeHash, StoreKey}, {TypeJSON, ""}} {
+		typ := v.typ
+		t.Run(strings.Trim(typ+"-"+v.store, "-"), func(t *testing.T) {
 			addr, db := testDB(t)
 			c := client(t, addr, db)
-			s := newTestSink(t, addr, db, map[string]string{KeyType: typ}, nil)
+			s := newTestSink(t, addr, db, map[string]string{KeyType: typ, KeyVersionStore: or(v.store, StoreField)}, nil)
 			want := func(a int64, bio string) map[string]any {
 				row := connect.Row{{Name: "id", Value: int64(1)}, {Name: "a", Value: a}, {Name: "n", Value: nil}, {Name: "bio", Value: bio}}
 				if typ == TypeJSON {
@@ -243,47 +247,67 @@ func TestPartialUpdate(t *testing.T) {
 	}
 }
 
-// TestTTL: rows expire after redis.key.ttl with their marker; a delete's marker lives
-// redis.delete.marker.ttl.
+// TestTTL: rows expire after redis.key.ttl with their version (a marker key with the row's TTL,
+// or the hash's own field); a delete's marker lives redis.delete.marker.ttl.
 func TestTTL(t *testing.T) {
-	addr, db := testDB(t)
-	c := client(t, addr, db)
-	s := newTestSink(t, addr, db, map[string]string{KeyTTL: "100", KeyMarkerTTL: "50"}, nil)
-	k1, k2 := connect.Row{{Name: "id", Value: int64(1)}}, connect.Row{{Name: "id", Value: int64(2)}}
-	mustWrite(t, s,
-		connect.Record{Topic: "db.s.t", Key: k1, Version: 3, Value: connect.Row{{Name: "id", Value: int64(1)}}},
-		connect.Record{Topic: "db.s.t", Key: k2, Version: 3, Value: connect.Row{{Name: "id", Value: int64(2)}}},
-		connect.Record{Topic: "db.s.t", Key: k2, Version: 4})
-	ctx := testCtx(t)
-	for key, want := range map[string]time.Duration{"t:1": 100 * time.Second, meta + "v:0:t:1": 100 * time.Second, meta + "v:0:t:2": 50 * time.Second} {
-		got, err := c.TTL(ctx, key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got <= want-5*time.Second || got > want {
-			t.Fatalf("TTL of %s = %v, want %v", key, got, want)
-		}
-	}
-	if n, _ := c.Exists(ctx, "t:2").Result(); n != 0 {
-		t.Fatal("deleted row still exists")
-	}
-	// a late write of version 3 cannot bring row 2 back while the marker lives
-	mustWrite(t, s, connect.Record{Topic: "db.s.t", Key: k2, Version: 3, Value: connect.Row{{Name: "id", Value: int64(2)}}})
-	if n, _ := c.Exists(ctx, "t:2").Result(); n != 0 {
-		t.Fatal("an older write brought a deleted row back")
+	for _, store := range []string{StoreField, StoreKey} {
+		t.Run(store, func(t *testing.T) {
+			addr, db := testDB(t)
+			c := client(t, addr, db)
+			s := newTestSink(t, addr, db, map[string]string{KeyTTL: "100", KeyMarkerTTL: "50", KeyVersionStore: store}, nil)
+			k1, k2 := connect.Row{{Name: "id", Value: int64(1)}}, connect.Row{{Name: "id", Value: int64(2)}}
+			mustWrite(t, s,
+				connect.Record{Topic: "db.s.t", Key: k1, Version: 3, Value: connect.Row{{Name: "id", Value: int64(1)}}},
+				connect.Record{Topic: "db.s.t", Key: k2, Version: 3, Value: connect.Row{{Name: "id", Value: int64(2)}}},
+				connect.Record{Topic: "db.s.t", Key: k2, Version: 4})
+			ctx := testCtx(t)
+			ttls := map[string]time.Duration{"t:1": 100 * time.Second, meta + "v:0:t:1": 100 * time.Second, meta + "v:0:t:2": 50 * time.Second}
+			if store == StoreField {
+				ttls[meta+"v:0:t:1"] = -2 * time.Nanosecond // no such key: the version is in t:1
+				if v, err := c.HGet(ctx, "t:1", versionField).Result(); err != nil || !strings.HasPrefix(v, "0000000000000000003") {
+					t.Fatalf("version field of t:1: %q, %v", v, err)
+				}
+			}
+			for key, want := range ttls {
+				got, err := c.TTL(ctx, key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want < 0 && got != want || want > 0 && (got <= want-5*time.Second || got > want) {
+					t.Fatalf("TTL of %s = %v, want %v", key, got, want)
+				}
+			}
+			if n, _ := c.Exists(ctx, "t:2").Result(); n != 0 {
+				t.Fatal("deleted row still exists")
+			}
+			// a late write of version 3 cannot bring row 2 back while the marker lives, also
+			// through a sink that remembers nothing
+			mustWrite(t, s, connect.Record{Topic: "db.s.t", Key: k2, Version: 3, Value: connect.Row{{Name: "id", Value: int64(2)}}})
+			s2 := newTestSink(t, addr, db, map[string]string{KeyTTL: "100", KeyMarkerTTL: "50", KeyVersionStore: store}, nil)
+			mustWrite(t, s2, connect.Record{Topic: "db.s.t", Key: k2, Version: 3, Value: connect.Row{{Name: "id", Value: int64(2)}}})
+			if n, _ := c.Exists(ctx, "t:2").Result(); n != 0 {
+				t.Fatal("an older write brought a deleted row back")
+			}
+		})
 	}
 }
 
 // TestRejected: a record Redis refuses (the key holds another type) or that cannot become a
 // row is reported in a *connect.WriteError; the rest of the batch is applied.
 func TestRejected(t *testing.T) {
+	for _, store := range []string{StoreField, StoreKey} {
+		t.Run(store, func(t *testing.T) { testRejected(t, store) })
+	}
+}
+
+func testRejected(t *testing.T, store string) {
 	addr, db := testDB(t)
 	c := client(t, addr, db)
 	ctx := testCtx(t)
 	if err := c.Set(ctx, "t:2", "a string", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	s := newTestSink(t, addr, db, nil, nil)
+	s := newTestSink(t, addr, db, map[string]string{KeyVersionStore: store}, nil)
 	rec := func(id int64) connect.Record {
 		// partial updates: a whole row replaces whatever the key held
 		r := connect.Record{Topic: "db.s.t", Key: connect.Row{{Name: "id", Value: id}}, Version: 7,
@@ -306,19 +330,35 @@ func TestRejected(t *testing.T) {
 	if n, _ := c.Exists(ctx, meta+"v:0:t:2").Result(); n != 0 {
 		t.Fatal("the refused write left a version marker")
 	}
+	marker := func(id string) string {
+		if store == StoreField {
+			v, _ := c.HGet(ctx, "t:"+id, versionField).Result()
+			return v
+		}
+		v, _ := c.Get(ctx, meta+"v:0:t:"+id).Result()
+		return v
+	}
 	// a row with a marker: the refused write sets it back, so the record can be written again
 	// once the key is free
 	mustWrite(t, s, connect.Record{Topic: "db.s.t", Key: connect.Row{{Name: "id", Value: int64(4)}}, Version: 5,
 		Value: connect.Row{{Name: "id", Value: int64(4)}}})
-	before, _ := c.Get(ctx, meta+"v:0:t:4").Result()
+	before := marker("4")
 	c.Del(ctx, "t:4")
 	c.Set(ctx, "t:4", "a string", 0)
 	err = s.Write(ctx, []connect.Record{rec(4)})
 	if !errors.As(err, &we) || len(we.Failed) != 1 || we.Failed[0].Index != 0 {
 		t.Fatalf("write over a string: %v, want record 0 rejected", err)
 	}
-	if after, _ := c.Get(ctx, meta+"v:0:t:4").Result(); after != before || len(before) != 27 {
+	if len(before) != 27 {
+		t.Fatalf("marker of t:4 %q", before)
+	}
+	// with storage key the marker must be set back; with field it went with the hash that
+	// was deleted, and nothing may be left in its place
+	if after := marker("4"); store == StoreKey && after != before || store == StoreField && after != "" {
 		t.Fatalf("marker of the refused write %q, want it back at %q", after, before)
+	}
+	if n, _ := c.Exists(ctx, meta+"v:0:t:4").Result(); store == StoreField && n != 0 {
+		t.Fatal("the refused write left a marker key")
 	}
 	c.Del(ctx, "t:4")
 	mustWrite(t, s, rec(4))
@@ -393,9 +433,15 @@ func (s *syncBuffer) String() string {
 // TestHashReplace: a whole row replaces the hash: NULL columns and columns the row no longer
 // has (a dropped column) disappear.
 func TestHashReplace(t *testing.T) {
+	for _, store := range []string{StoreField, StoreKey} {
+		t.Run(store, func(t *testing.T) { testHashReplace(t, store) })
+	}
+}
+
+func testHashReplace(t *testing.T, store string) {
 	addr, db := testDB(t)
 	c := client(t, addr, db)
-	s := newTestSink(t, addr, db, nil, nil)
+	s := newTestSink(t, addr, db, map[string]string{KeyVersionStore: store}, nil)
 	key := connect.Row{{Name: "id", Value: int64(1)}}
 	mustWrite(t, s, connect.Record{Topic: "db.s.t", Key: key, Version: 1,
 		Value: connect.Row{{Name: "id", Value: int64(1)}, {Name: "a", Value: "x"}, {Name: "b", Value: "y"}, {Name: "c", Value: "z"}}})
@@ -427,6 +473,12 @@ func distinctKeys(t *testing.T, recs []connect.Record) int {
 // owner key disappeared (the keyspace was flushed) fails with a retriable error, and a new
 // instance writes again.
 func TestOwner(t *testing.T) {
+	for _, store := range []string{StoreField, StoreKey} {
+		t.Run(store, func(t *testing.T) { testOwner(t, store) })
+	}
+}
+
+func testOwner(t *testing.T, store string) {
 	addr, db := testDB(t)
 	c := client(t, addr, db)
 	ctx := testCtx(t)
@@ -437,9 +489,10 @@ func TestOwner(t *testing.T) {
 	row := func(id int64, name string) map[string]string {
 		return map[string]string{"id": strconv.FormatInt(id, 10), "name": name}
 	}
-	s1 := newTestSink(t, addr, db, nil, nil)
+	cfg := map[string]string{KeyVersionStore: store}
+	s1 := newTestSink(t, addr, db, cfg, nil)
 	mustWrite(t, s1, rec(1, 1, "a"))
-	s2 := newTestSink(t, addr, db, nil, nil)
+	s2 := newTestSink(t, addr, db, cfg, nil)
 	mustWrite(t, s2, rec(1, 3, "c"))
 	err := s1.Write(ctx, []connect.Record{rec(1, 2, "b"), rec(2, 2, "x")})
 	if err == nil || connect.IsRetriable(err) || !strings.Contains(err.Error(), "another sink instance writes generation 0 of connector test (epoch 2 in __sluice:test:owner:0, this one's is 1): run each connector in one sluice process") {
@@ -456,7 +509,7 @@ func TestOwner(t *testing.T) {
 	if err == nil || !connect.IsRetriable(err) || !strings.Contains(err.Error(), "the key __sluice:test:owner:0 is gone") {
 		t.Fatalf("write after a flush: %v, want a retriable error naming the owner key", err)
 	}
-	s3 := newTestSink(t, addr, db, nil, nil)
+	s3 := newTestSink(t, addr, db, cfg, nil)
 	mustWrite(t, s3, rec(3, 5, "e"))
 	if d := diffKeys(map[string]any{"t:3": row(3, "e")}, keyspace(t, c, TypeHash, "")); d != "" {
 		t.Fatal(d)

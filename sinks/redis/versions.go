@@ -1,8 +1,11 @@
 package redis
 
 import (
+	"cmp"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -145,52 +148,152 @@ func idOf(vkey string) rowID {
 // versionCache remembers the markers this sink wrote or read, so that most writes are decided
 // without reading Redis. It is sound because one sink instance writes a generation's markers
 // (the owner key fences any other, see apply.go); a marker it does not hold is read from
-// Redis. It holds at most max entries: two maps, the older dropped whole when the newer is
-// full, so that recently used rows stay.
+// Redis. It holds at most max entries, in a table of buckets of four slots indexed by the row
+// id (already a hash: no hashing, no key bytes, one or two cache lines per lookup); a full
+// bucket gives up the entry put longest ago, so that recently written rows stay. The table
+// starts small and doubles up to max slots (when half full, or when a bucket is full).
 type versionCache struct {
-	max       int
-	cur, prev map[rowID]marker
+	max   int // the most slots (a multiple of 4)
+	slots []cacheSlot
+	n     int    // slots in use
+	clock uint32 // put counter: a slot's age is clock - its stamp
 }
+
+// cacheSlot is a remembered marker; a slot is free when stamp is 0.
+type cacheSlot struct {
+	id       rowID
+	ver, off int64
+	exp      int64
+	fp       uint32
+	stamp    uint32
+	st       fpState
+}
+
+const cacheWays = 4
 
 func newVersionCache(max int) *versionCache {
-	return &versionCache{max: max, cur: map[rowID]marker{}}
+	c := &versionCache{max: max / cacheWays * cacheWays}
+	c.clear()
+	return c
 }
 
-// get returns the cached marker of id unless it may have expired. An entry found in the older
-// map stays there: the sink puts every marker it writes again, and those it only reads (their
-// writes refused) may age out.
+// bucket returns the slots of id's bucket.
+func (c *versionCache) bucket(id rowID) []cacheSlot {
+	nb := uint64(len(c.slots) / cacheWays)
+	hi, _ := bits.Mul64(id.a, nb)
+	return c.slots[hi*cacheWays : hi*cacheWays+cacheWays : hi*cacheWays+cacheWays]
+}
+
+// get returns the cached marker of id unless it may have expired. Reading does not renew an
+// entry: the sink puts every marker it writes again, and those it only reads (their writes
+// refused) may age out.
 func (c *versionCache) get(id rowID, now int64) (marker, bool) {
-	m, ok := c.cur[id]
-	if !ok {
-		if m, ok = c.prev[id]; !ok {
-			return marker{}, false
-		}
-	}
-	if m.expired(now) {
+	if len(c.slots) == 0 {
 		return marker{}, false
 	}
-	return m, true
+	b := c.bucket(id)
+	for i := range b {
+		e := &b[i]
+		if e.id == id && e.stamp != 0 {
+			m := marker{ok: true, ver: e.ver, off: e.off, exp: e.exp, fp: e.fp, fpState: e.st}
+			if m.expired(now) {
+				return marker{}, false
+			}
+			return m, true
+		}
+	}
+	return marker{}, false
 }
 
 func (c *versionCache) put(id rowID, m marker) {
 	if c.max <= 0 {
 		return
 	}
-	if _, ok := c.cur[id]; !ok && len(c.cur) >= max(c.max/2, 1) {
-		c.prev, c.cur = c.cur, make(map[rowID]marker, len(c.cur))
+	if c.n >= len(c.slots)/2 && len(c.slots) < c.max {
+		c.grow()
 	}
-	c.cur[id] = m
+	c.clock++
+	if c.clock == 0 {
+		c.clock = 1 // 0 marks a free slot
+	}
+	b := c.bucket(id)
+	same, free, old := -1, -1, 0
+	var oldest uint32
+	for i := range b {
+		switch age := c.clock - b[i].stamp; {
+		case b[i].stamp == 0:
+			if free < 0 {
+				free = i
+			}
+		case b[i].id == id:
+			same = i
+		case age > oldest:
+			old, oldest = i, age
+		}
+	}
+	victim := same
+	if victim < 0 {
+		victim = free
+	}
+	if victim < 0 && len(c.slots) < c.max {
+		c.grow() // rather than give up an entry while the table may grow
+		c.clock--
+		c.put(id, m)
+		return
+	}
+	if victim < 0 { // the bucket is full: the entry put longest ago goes
+		victim = old
+	}
+	e := &b[victim]
+	if e.stamp == 0 {
+		c.n++
+	}
+	*e = cacheSlot{id: id, ver: m.ver, off: m.off, exp: m.exp, fp: m.fp, st: m.fpState, stamp: c.clock}
+}
+
+// grow doubles the table (up to max slots), keeping every entry it can place.
+func (c *versionCache) grow() {
+	old := c.slots
+	n := min(len(old)*2, c.max)
+	c.slots, c.n = make([]cacheSlot, n), 0
+	// oldest first, so that a full bucket keeps the newer entries
+	sorted := make([]cacheSlot, 0, len(old))
+	for _, e := range old {
+		if e.stamp != 0 {
+			sorted = append(sorted, e)
+		}
+	}
+	clock := c.clock
+	slices.SortFunc(sorted, func(a, b cacheSlot) int { return cmp.Compare(clock-b.stamp, clock-a.stamp) })
+	for _, e := range sorted {
+		b := c.bucket(e.id)
+		for i := range b {
+			if b[i].stamp == 0 {
+				b[i] = e
+				c.n++
+				break
+			}
+		}
+	}
 }
 
 func (c *versionCache) drop(id rowID) {
-	delete(c.cur, id)
-	delete(c.prev, id)
+	if len(c.slots) == 0 {
+		return
+	}
+	b := c.bucket(id)
+	for i := range b {
+		if b[i].id == id && b[i].stamp != 0 {
+			b[i] = cacheSlot{}
+			c.n--
+		}
+	}
 }
 
-func (c *versionCache) len() int { return len(c.cur) + len(c.prev) }
+func (c *versionCache) len() int { return c.n }
 
 func (c *versionCache) clear() {
-	c.cur, c.prev = map[rowID]marker{}, nil
+	c.slots, c.n = make([]cacheSlot, min(c.max, 4096)), 0
 }
 
 func nowNanos() int64 { return time.Now().UnixNano() }
