@@ -3,9 +3,12 @@ package snapshot_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,9 +25,17 @@ import (
 //
 // and reports each rate and its ratio to the baseline (goal: at least 0.7 without load).
 // Rounds alternate the three (SLUICE_BENCH_ROUNDS, default 2) and the medians are
-// reported. Run it with: go test ./e2e/snapshot -run '^$' -bench SnapshotRates -benchtime 1x
-// (-bench SnapshotRates/mysql for one kind; SLUICE_BENCH_CHUNK sets the incremental chunk
-// size, default incremental.snapshot.chunk.size's).
+// reported, with the ratio of each round (the machine's load changes between rounds more
+// than between the runs of one round). Run it with:
+//
+//	go test ./e2e/snapshot -run '^$' -bench SnapshotRates -benchtime 1x
+//
+// -bench SnapshotRates/mysql for one kind. SLUICE_BENCH_CHUNK sets the incremental chunk size
+// (default incremental.snapshot.chunk.size's); a comma-separated list of sizes runs an
+// incremental snapshot without load for each of them in every round, to compare them in one
+// run (the run under load uses the first). SLUICE_BENCH_LOADED=0 leaves out the runs under
+// load. SLUICE_BENCH_PROFILE names a directory where each run of the sluice binary writes its
+// CPU profile (<kind>-<run>.pprof).
 func BenchmarkSnapshotRates(b *testing.B) {
 	rows := 1000000
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROWS")); err == nil && v > 0 {
@@ -34,31 +45,62 @@ func BenchmarkSnapshotRates(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
+	sizes := []string{""}
+	if v := os.Getenv("SLUICE_BENCH_CHUNK"); v != "" {
+		sizes = strings.Split(v, ",")
+	}
+	withLoad := os.Getenv("SLUICE_BENCH_LOADED") != "0"
 	for _, k := range benchKinds {
 		b.Run(k.name, func(b *testing.B) {
 			d := k.open(b)
 			d.createTable(b, "items", rows)
 			d.analyze(b, "items")
-			var initial, incr, loaded []float64
+			var initial, loaded []float64
+			incr := make([][]float64, len(sizes))
 			var writes []int64
 			for range b.N {
 				for r := range rounds {
 					initial = append(initial, initialRate(b, d, rows, r))
-					incr = append(incr, incrementalRate(b, d, rows, r, false, nil))
-					var w int64
-					loaded = append(loaded, incrementalRate(b, d, rows, r, true, &w))
-					writes = append(writes, w)
+					for i, size := range sizes {
+						incr[i] = append(incr[i], incrementalRate(b, d, rows, r, size, false, nil))
+					}
+					if withLoad {
+						var w int64
+						loaded = append(loaded, incrementalRate(b, d, rows, r, sizes[0], true, &w))
+						writes = append(writes, w)
+					}
 				}
 			}
-			mi, mn, ml := median(initial), median(incr), median(loaded)
+			mi := median(initial)
 			b.ReportMetric(mi, "initial_rows/s")
-			b.ReportMetric(mn, "incremental_rows/s")
-			b.ReportMetric(ml, "incremental_under_writes_rows/s")
-			b.ReportMetric(mn/mi, "ratio_incremental/initial")
-			b.ReportMetric(ml/mi, "ratio_under_writes/initial")
-			b.Logf("%s: %d rows, %d rounds: initial %v rows/s, incremental %v, incremental under writes %v (writes per round %v)", k.name, rows, rounds, rounded(initial), rounded(incr), rounded(loaded), writes)
+			b.Logf("%s: %d rows, %d rounds: initial %v rows/s", k.name, rows, rounds, rounded(initial))
+			for i, size := range sizes {
+				unit := "incremental"
+				if len(sizes) > 1 {
+					unit += "_chunk_" + size
+				}
+				mn := median(incr[i])
+				b.ReportMetric(mn, unit+"_rows/s")
+				b.ReportMetric(mn/mi, "ratio_"+unit+"/initial")
+				b.Logf("%s: incremental (chunk size %q) %v rows/s; ratio of the medians %.2f, per round %v, median %.2f", k.name, size, rounded(incr[i]), mn/mi, ratios(incr[i], initial), median(ratios(incr[i], initial)))
+			}
+			if withLoad {
+				ml := median(loaded)
+				b.ReportMetric(ml, "incremental_under_writes_rows/s")
+				b.ReportMetric(ml/mi, "ratio_under_writes/initial")
+				b.Logf("%s: incremental under writes %v rows/s (writes per round %v); ratio of the medians %.2f, per round %v, median %.2f", k.name, rounded(loaded), writes, ml/mi, ratios(loaded, initial), median(ratios(loaded, initial)))
+			}
 		})
 	}
+}
+
+// ratios are the ratios of the rates of each round, to two decimals.
+func ratios(xs, base []float64) []float64 {
+	out := make([]float64, len(xs))
+	for i := range xs {
+		out[i] = math.Round(xs[i]/base[i]*100) / 100
+	}
+	return out
 }
 
 // benchDB is a sourceDB the benchmark can run connectors of.
@@ -177,6 +219,7 @@ func (n *node) committedDone(what string, done func(off map[string]any) bool) {
 // a new log; it is done when the committed position is a stream position.
 func initialRate(b *testing.B, d benchDB, rows, round int) float64 {
 	n := newNode(b, "", nil)
+	n.profile = benchProfile(d, fmt.Sprintf("init%d", round))
 	n.start()
 	cfg := d.config([]string{"items"}, map[string]string{"snapshot.mode": "initial", "offset.flush.interval.ms": "0"})
 	d.connector(cfg, fmt.Sprintf("init%d", round))
@@ -190,14 +233,16 @@ func initialRate(b *testing.B, d benchDB, rows, round int) float64 {
 }
 
 // incrementalRate runs a streaming connector and times an incremental snapshot of the table
-// (with a writer running when load is set), until the committed position says it is done.
-func incrementalRate(b *testing.B, d benchDB, rows, round int, load bool, writes *int64) float64 {
+// in chunks of size rows ("": the default), with a writer running when load is set, until the committed position says it is done.
+func incrementalRate(b *testing.B, d benchDB, rows, round int, size string, load bool, writes *int64) float64 {
 	cfg := d.config([]string{"items"}, map[string]string{"offset.flush.interval.ms": "0"})
-	if v := os.Getenv("SLUICE_BENCH_CHUNK"); v != "" {
-		cfg["incremental.snapshot.chunk.size"] = v
+	if size != "" {
+		cfg["incremental.snapshot.chunk.size"] = size
 	}
-	d.connector(cfg, fmt.Sprintf("incr%d_%t", round, load))
+	run := fmt.Sprintf("incr%d_%t_%s", round, load, size)
+	d.connector(cfg, run)
 	n := newNode(b, d.class(), cfg)
+	n.profile = benchProfile(d, run)
 	n.start()
 	var w *writer
 	if load {
@@ -226,4 +271,18 @@ func incrementalRate(b *testing.B, d benchDB, rows, round int, load bool, writes
 	}
 	n.stop()
 	return float64(read) / el.Seconds()
+}
+
+// benchProfile is where a run of the sluice binary writes its CPU profile: a file in
+// SLUICE_BENCH_PROFILE's directory, "" when it is not set.
+func benchProfile(d benchDB, run string) string {
+	dir := os.Getenv("SLUICE_BENCH_PROFILE")
+	if dir == "" {
+		return ""
+	}
+	kind := "postgres"
+	if _, ok := d.(*mariaDB); ok {
+		kind = "mysql"
+	}
+	return filepath.Join(dir, kind+"-"+run+".pprof")
 }

@@ -145,6 +145,8 @@ type node struct {
 	api   string
 	cmd   *exec.Cmd
 	done  chan struct{}
+	// profile, when set, is where sluice writes a CPU profile of its run (-cpuprofile)
+	profile string
 }
 
 // newNode writes a pipeline with one source connector named "src" (class, config).
@@ -187,7 +189,11 @@ func (n *node) start() {
 		n.t.Fatal(err)
 	}
 	defer f.Close()
-	n.cmd = exec.Command(sluiceBin(n.t), "run", "-c", n.path)
+	args := []string{"run", "-c", n.path}
+	if n.profile != "" {
+		args = append(args, "-cpuprofile", n.profile)
+	}
+	n.cmd = exec.Command(sluiceBin(n.t), args...)
 	n.cmd.Stdout, n.cmd.Stderr = f, f
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := n.cmd.Start(); err != nil {

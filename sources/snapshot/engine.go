@@ -706,6 +706,7 @@ type Emission struct {
 	unit uint64
 	n    uint32
 	last []byte
+	slab []byte // room for the next Orders: one allocation per many records
 }
 
 // StartEmit begins emitting a window's rows (the source calls it for a StepEmit).
@@ -733,7 +734,12 @@ func (em *Emission) Partials(key string) []Partial {
 
 // Next returns the Position of the next emitted record (an Order; no State).
 func (em *Emission) Next() connect.Position {
-	o := appendOrder(nil, em.base, em.mark, em.unit, em.n)
+	size := len(em.base) + orderSuffixLen
+	if len(em.slab) < size {
+		em.slab = make([]byte, size*orderSlab)
+	}
+	o := appendOrder(em.slab[:0:size], em.base, em.mark, em.unit, em.n)
+	em.slab = em.slab[size:]
 	em.n++
 	em.last = o
 	return connect.Position{Order: o}

@@ -24,6 +24,9 @@ type Mark uint64
 // replayed records are the same, and the runtime rightly drops them.
 const orderSuffixLen = 8 + 8 + 4
 
+// orderSlab is how many Orders an emission allocates at a time.
+const orderSlab = 256
+
 // appendOrder appends the Order of record idx of an emission unit.
 func appendOrder(dst, base []byte, mark Mark, unit uint64, idx uint32) []byte {
 	if dst == nil {
