@@ -111,7 +111,7 @@ func configDef() connect.ConfigDef {
 		{Name: KeyMetaPrefix, Type: connect.TypeString, Default: "__sluice:${connector}:", HasDefault: true, Group: "Data", Importance: connect.Low, Check: checkMetaPrefix,
 			Doc: "Prefix of the keys sluice keeps beside the view: version markers, the live generation pointer (<prefix>live) and rebuilt generations. ${connector} is the connector's name; empty means the default."},
 		{Name: KeyVersionCache, Type: connect.TypeInt, Default: "500000", HasDefault: true, Check: connect.AtLeast(0), Group: "Data", Importance: connect.Low,
-			Doc: "The most row versions the sink remembers (56 bytes each), so that writes to those rows need not read their versions from Redis; 0: read every version."},
+			Doc: "The most row versions the sink remembers (52 bytes each), so that writes to those rows need not read their versions from Redis; 0: read every version."},
 		{Name: KeyVersionStore, Type: connect.TypeString, Default: StoreKey, HasDefault: true, Enum: []string{StoreField, StoreKey}, Group: "Data", Importance: connect.Medium,
 			Doc: "Where a hash row's version is kept. field: in the row's own hash, in the field <redis.meta.prefix>version, set by the same HSET as the columns (readers of the hash see that one extra field). key: in a marker key beside the row, so the hash holds exactly the row's columns, at the cost of a second key to write per row (more Redis CPU and memory). A deleted row leaves an expiring marker key either way; json rows and streams always use marker keys. Switch from field to key only with a rebuild: key does not read versions kept in fields."},
 		{Name: KeyWaitReplicas, Type: connect.TypeInt, Default: "0", HasDefault: true, Check: connect.AtLeast(0), Group: "Data", Importance: connect.Low,

@@ -148,28 +148,36 @@ func idOf(vkey string) rowID {
 // versionCache remembers the markers this sink wrote or read, so that most writes are decided
 // without reading Redis. It is sound because one sink instance writes a generation's markers
 // (the owner key fences any other, see apply.go); a marker it does not hold is read from
-// Redis. It holds at most max entries, in a table of buckets of four slots indexed by the row
-// id (already a hash: no hashing, no key bytes, one or two cache lines per lookup); a full
-// bucket gives up the entry put longest ago, so that recently written rows stay. The table
-// starts small and doubles up to max slots (when half full, or when a bucket is full).
+// Redis. It holds at most max entries, in a table of buckets of four entries indexed by the
+// row id (already a hash: nothing is hashed again and no key bytes are kept). A bucket starts
+// with its entries' second hashes, so that a lookup reads that cache line and, on a hit, the
+// entry's: the table is far larger than the processor's caches, and these misses are most of
+// the guard's cost in the sink. A full bucket gives up the entry put longest ago, so that
+// recently written rows stay. The table starts small and doubles up to max entries (when half
+// full, or when a bucket is full).
 type versionCache struct {
-	max   int // the most slots (a multiple of 4)
-	slots []cacheSlot
-	n     int    // slots in use
-	clock uint32 // put counter: a slot's age is clock - its stamp
-}
-
-// cacheSlot is a remembered marker; a slot is free when stamp is 0.
-type cacheSlot struct {
-	id       rowID
-	ver, off int64
-	exp      int64
-	fp       uint32
-	stamp    uint32
-	st       fpState
+	max     int // the most entries (a multiple of 4)
+	buckets []cacheBucket
+	n       int    // entries held
+	clock   uint32 // put counter: an entry's age is clock - its stamp
 }
 
 const cacheWays = 4
+
+// cacheBucket holds up to four markers; entry i is free when tag[i] is 0.
+type cacheBucket struct {
+	tag   [cacheWays]uint64 // the ids' b | 1
+	stamp [cacheWays]uint32 // the clock when each was put
+	e     [cacheWays]cacheEntry
+}
+
+type cacheEntry struct {
+	a        uint64 // the id's a
+	ver, off int64
+	exp      int64
+	fp       uint32
+	st       fpState
+}
 
 func newVersionCache(max int) *versionCache {
 	c := &versionCache{max: max / cacheWays * cacheWays}
@@ -177,99 +185,107 @@ func newVersionCache(max int) *versionCache {
 	return c
 }
 
-// bucket returns the slots of id's bucket.
-func (c *versionCache) bucket(id rowID) []cacheSlot {
-	nb := uint64(len(c.slots) / cacheWays)
-	hi, _ := bits.Mul64(id.a, nb)
-	return c.slots[hi*cacheWays : hi*cacheWays+cacheWays : hi*cacheWays+cacheWays]
+func tagOf(id rowID) uint64 { return id.b | 1 }
+
+// bucket returns id's bucket.
+func (c *versionCache) bucket(id rowID) *cacheBucket {
+	hi, _ := bits.Mul64(id.a, uint64(len(c.buckets)))
+	return &c.buckets[hi]
+}
+
+// find returns the index of id in b, or -1.
+func (b *cacheBucket) find(id rowID) int {
+	t := tagOf(id)
+	for i := range b.tag {
+		if b.tag[i] == t && b.e[i].a == id.a {
+			return i
+		}
+	}
+	return -1
 }
 
 // get returns the cached marker of id unless it may have expired. Reading does not renew an
 // entry: the sink puts every marker it writes again, and those it only reads (their writes
 // refused) may age out.
 func (c *versionCache) get(id rowID, now int64) (marker, bool) {
-	if len(c.slots) == 0 {
+	if len(c.buckets) == 0 {
 		return marker{}, false
 	}
 	b := c.bucket(id)
-	for i := range b {
-		e := &b[i]
-		if e.id == id && e.stamp != 0 {
-			m := marker{ok: true, ver: e.ver, off: e.off, exp: e.exp, fp: e.fp, fpState: e.st}
-			if m.expired(now) {
-				return marker{}, false
-			}
-			return m, true
-		}
+	i := b.find(id)
+	if i < 0 {
+		return marker{}, false
 	}
-	return marker{}, false
+	e := &b.e[i]
+	m := marker{ok: true, ver: e.ver, off: e.off, exp: e.exp, fp: e.fp, fpState: e.st}
+	if m.expired(now) {
+		return marker{}, false
+	}
+	return m, true
 }
 
 func (c *versionCache) put(id rowID, m marker) {
 	if c.max <= 0 {
 		return
 	}
-	if c.n >= len(c.slots)/2 && len(c.slots) < c.max {
+	if c.n >= len(c.buckets)*cacheWays/2 && len(c.buckets)*cacheWays < c.max {
 		c.grow()
 	}
-	c.clock++
-	if c.clock == 0 {
-		c.clock = 1 // 0 marks a free slot
-	}
 	b := c.bucket(id)
-	same, free, old := -1, -1, 0
-	var oldest uint32
-	for i := range b {
-		switch age := c.clock - b[i].stamp; {
-		case b[i].stamp == 0:
-			if free < 0 {
-				free = i
+	i := b.find(id)
+	if i < 0 {
+		old := 0
+		for j := range b.tag {
+			if b.tag[j] == 0 {
+				i = j
+				break
 			}
-		case b[i].id == id:
-			same = i
-		case age > oldest:
-			old, oldest = i, age
+			if c.clock-b.stamp[j] > c.clock-b.stamp[old] {
+				old = j
+			}
+		}
+		if i < 0 && len(c.buckets)*cacheWays < c.max {
+			c.grow() // rather than give up an entry while the table may grow
+			c.put(id, m)
+			return
+		}
+		if i < 0 { // the bucket is full: the entry put longest ago goes
+			i = old
+		} else {
+			c.n++
 		}
 	}
-	victim := same
-	if victim < 0 {
-		victim = free
-	}
-	if victim < 0 && len(c.slots) < c.max {
-		c.grow() // rather than give up an entry while the table may grow
-		c.clock--
-		c.put(id, m)
-		return
-	}
-	if victim < 0 { // the bucket is full: the entry put longest ago goes
-		victim = old
-	}
-	e := &b[victim]
-	if e.stamp == 0 {
-		c.n++
-	}
-	*e = cacheSlot{id: id, ver: m.ver, off: m.off, exp: m.exp, fp: m.fp, st: m.fpState, stamp: c.clock}
+	c.clock++
+	b.tag[i], b.stamp[i] = tagOf(id), c.clock
+	b.e[i] = cacheEntry{a: id.a, ver: m.ver, off: m.off, exp: m.exp, fp: m.fp, st: m.fpState}
 }
 
-// grow doubles the table (up to max slots), keeping every entry it can place.
+// grow doubles the table (up to max entries), keeping every entry it can place, the newer
+// ones first.
 func (c *versionCache) grow() {
-	old := c.slots
-	n := min(len(old)*2, c.max)
-	c.slots, c.n = make([]cacheSlot, n), 0
-	// oldest first, so that a full bucket keeps the newer entries
-	sorted := make([]cacheSlot, 0, len(old))
-	for _, e := range old {
-		if e.stamp != 0 {
-			sorted = append(sorted, e)
+	old := c.buckets
+	type held struct {
+		id    rowID
+		stamp uint32
+		e     cacheEntry
+	}
+	var all []held
+	for bi := range old {
+		b := &old[bi]
+		for i := range b.tag {
+			if b.tag[i] != 0 {
+				all = append(all, held{rowID{b.e[i].a, b.tag[i]}, b.stamp[i], b.e[i]})
+			}
 		}
 	}
 	clock := c.clock
-	slices.SortFunc(sorted, func(a, b cacheSlot) int { return cmp.Compare(clock-b.stamp, clock-a.stamp) })
-	for _, e := range sorted {
-		b := c.bucket(e.id)
-		for i := range b {
-			if b[i].stamp == 0 {
-				b[i] = e
+	slices.SortFunc(all, func(x, y held) int { return cmp.Compare(clock-x.stamp, clock-y.stamp) })
+	c.buckets, c.n = make([]cacheBucket, min(len(old)*2, c.max/cacheWays)), 0
+	for _, h := range all {
+		b := c.bucket(h.id)
+		for i := range b.tag {
+			if b.tag[i] == 0 {
+				b.tag[i], b.stamp[i], b.e[i] = h.id.b, h.stamp, h.e
 				c.n++
 				break
 			}
@@ -278,22 +294,20 @@ func (c *versionCache) grow() {
 }
 
 func (c *versionCache) drop(id rowID) {
-	if len(c.slots) == 0 {
+	if len(c.buckets) == 0 {
 		return
 	}
 	b := c.bucket(id)
-	for i := range b {
-		if b[i].id == id && b[i].stamp != 0 {
-			b[i] = cacheSlot{}
-			c.n--
-		}
+	if i := b.find(id); i >= 0 {
+		b.tag[i], b.e[i] = 0, cacheEntry{}
+		c.n--
 	}
 }
 
 func (c *versionCache) len() int { return c.n }
 
 func (c *versionCache) clear() {
-	c.slots, c.n = make([]cacheSlot, min(c.max, 4096)), 0
+	c.buckets, c.n = make([]cacheBucket, min(c.max, 4096)/cacheWays), 0
 }
 
 func nowNanos() int64 { return time.Now().UnixNano() }
