@@ -274,6 +274,7 @@ func ParseJSON(b []byte) (any, error) {
 		sc = &parseScratch{}
 	}
 	p := parser{buf: b, stack: sc.stack[:0], scratch: sc.scratch[:0]}
+	p.slab.N = p.slabSize()
 	p.sizeSlabs()
 	v, err := p.parseAll()
 	if cap(p.stack) <= 1024 && cap(p.scratch) <= 64<<10 {
@@ -296,6 +297,7 @@ type JSONDecoder struct {
 // Decode parses one JSON value; see ParseJSON. The result shares no memory with b.
 func (d *JSONDecoder) Decode(b []byte) (any, error) {
 	d.p.buf, d.p.pos, d.p.shared = b, 0, true
+	d.p.slab.N = d.p.slabSize()
 	v, err := d.p.parseAll()
 	d.p.buf = nil
 	return v, err
@@ -331,10 +333,7 @@ func (p *parser) sizeSlabs() {
 	}
 	colons := bytes.Count(p.buf, []byte{':'})
 	p.fieldSlab = make([]Field, 0, colons)
-	p.rows = make([]Row, 0, bytes.Count(p.buf, []byte{'{'}))
-	if n := bytes.Count(p.buf, []byte{'"'})/2 - colons; n > 0 {
-		p.strs = make([]string, 0, n)
-	}
+	p.slab.reserve(bytes.Count(p.buf, []byte{'"'})/2-colons, bytes.Count(p.buf, []byte{'{'}))
 }
 
 type parser struct {
@@ -350,11 +349,8 @@ type parser struct {
 	scratch []byte
 	// shared: the slabs serve many values (JSONDecoder), so new ones are made large.
 	shared bool
-	// Slabs that scalar and row values are boxed from (see box).
-	strs   []string
-	ints   []int64
-	floats []float64
-	rows   []Row
+	// slab boxes scalar and row values (its N is set from slabSize before a parse).
+	slab Slab
 	// anySlab holds array elements; arrs the array headers.
 	anySlab []any
 	arrs    [][]any
@@ -392,7 +388,7 @@ func (p *parser) value(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return p.boxString(p.cut(b)), nil
+		return p.slab.String(p.cut(b)), nil
 	case c == 't':
 		return true, p.literal("true")
 	case c == 'f':
@@ -499,7 +495,7 @@ func (p *parser) object(depth int) (any, error) {
 			p.pos++
 		case '}':
 			p.pos++
-			return p.boxRow(p.finishRow(base)), nil
+			return p.slab.Row(p.finishRow(base)), nil
 		default:
 			return nil, p.errorf("want ',' or '}' in object, got %q", p.buf[p.pos])
 		}
@@ -770,7 +766,7 @@ func (p *parser) number() (any, error) {
 	text := unsafe.String(&p.buf[start], p.pos-start) // not retained
 	if isInt {
 		if n, err := strconv.ParseInt(text, 10, 64); err == nil {
-			return p.boxInt(n), nil
+			return p.slab.Int(n), nil
 		}
 		if text[0] != '-' {
 			if n, err := strconv.ParseUint(text, 10, 64); err == nil {
@@ -782,7 +778,7 @@ func (p *parser) number() (any, error) {
 	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return nil, p.errorf("invalid number %q", string(text))
 	}
-	return p.boxFloat(f), nil
+	return p.slab.Float(f), nil
 }
 
 func typeName(v any) string {
@@ -836,39 +832,4 @@ func (p *parser) slabSize() int {
 		return 512
 	}
 	return min(max(len(p.buf)/24, 8), 1024)
-}
-
-func (p *parser) boxString(s string) any {
-	if len(p.strs) == cap(p.strs) {
-		p.strs = make([]string, 0, p.slabSize())
-	}
-	p.strs = append(p.strs, s)
-	return box(typString, unsafe.Pointer(&p.strs[len(p.strs)-1]))
-}
-
-func (p *parser) boxInt(n int64) any {
-	if n >= 0 && n < 256 {
-		return n // the runtime boxes small integers without allocating
-	}
-	if len(p.ints) == cap(p.ints) {
-		p.ints = make([]int64, 0, p.slabSize())
-	}
-	p.ints = append(p.ints, n)
-	return box(typInt64, unsafe.Pointer(&p.ints[len(p.ints)-1]))
-}
-
-func (p *parser) boxFloat(f float64) any {
-	if len(p.floats) == cap(p.floats) {
-		p.floats = make([]float64, 0, max(p.slabSize()/4, 4))
-	}
-	p.floats = append(p.floats, f)
-	return box(typFloat64, unsafe.Pointer(&p.floats[len(p.floats)-1]))
-}
-
-func (p *parser) boxRow(r Row) any {
-	if len(p.rows) == cap(p.rows) {
-		p.rows = make([]Row, 0, max(p.slabSize()/8, 4))
-	}
-	p.rows = append(p.rows, r)
-	return box(typRow, unsafe.Pointer(&p.rows[len(p.rows)-1]))
 }

@@ -70,7 +70,8 @@ type Source struct {
 
 	// boxed once for the records
 	boxPrefix, boxDB any
-	nowMs            any // the envelope's ts_ms: the time the current Read began
+	nowMs            any          // the envelope's ts_ms: the time the current Read began
+	slab             connect.Slab // the current batch's records are built from it (on Read's goroutine)
 }
 
 type phase int
@@ -356,6 +357,9 @@ func (s *Source) startStream(ctx context.Context, from position) error {
 // Read returns the next batch; see connect.Source.
 func (s *Source) Read(ctx context.Context) (connect.Batch, error) {
 	s.nowMs = s.now().UnixMilli()
+	// A new slab per batch: values cut from one slab keep all its earlier chunks alive, so a
+	// slab must not outlive the batch it built (see connect.Slab).
+	s.slab = connect.Slab{}
 	for {
 		if s.lost != nil {
 			// the connection was lost: start again after the last returned batch; a Read

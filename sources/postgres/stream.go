@@ -612,7 +612,7 @@ func (s *Source) emit(recs *[]connect.Record, t *table, rec uint16, ev *event) {
 		seq := append(buf[:0], tx.seqPrefix...)
 		seq = strconv.AppendUint(seq, uint64(ev.lsn), 10)
 		seq = append(seq, `"]`...)
-		ev.srcTs, ev.srcSeq, ev.srcTx, ev.srcLSN = tx.boxTs, string(seq), tx.boxTx, int64(ev.lsn)
+		ev.srcTs, ev.srcSeq, ev.srcTx, ev.srcLSN = tx.boxTs, s.slab.String(s.slab.Text(seq)), tx.boxTx, s.slab.Int(int64(ev.lsn))
 	}
 	*recs = append(*recs, s.record(t, ev))
 	s.cur = position{Epoch: s.epoch, LSN: tx.commit, Change: tx.change, Record: rec}

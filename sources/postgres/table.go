@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pglogrepl"
 
@@ -35,6 +37,10 @@ type table struct {
 	// scratch, reused row after row
 	vals []any
 	kind []byte
+
+	// slab is what rows and common values are built from (the source's; nil: the heap).
+	// Tables are decoded only on the goroutine that runs Read.
+	slab *connect.Slab
 }
 
 type column struct {
@@ -42,6 +48,7 @@ type column struct {
 	typ    uint32
 	typmod int32
 	decode decodeFunc
+	fast   byte // fastText or fastInt: decoded in place from the slab; 0: by decode
 	keep   bool
 	masks  []columnMask
 }
@@ -59,6 +66,7 @@ func (s *Source) newTable(ctx context.Context, relid uint32, schema, name string
 	}
 	t.signal = s.set.incr.SignalTableEnabled() && strings.EqualFold(t.id, s.set.incr.SignalTable)
 	t.boxSchema, t.boxName = t.schema, t.name
+	t.slab = &s.slab
 	if !t.captured && !t.signal {
 		return t, nil
 	}
@@ -68,7 +76,7 @@ func (s *Source) newTable(ctx context.Context, relid uint32, schema, name string
 			return nil, fmt.Errorf("table %s.%s column %s: %w", schema, name, d.Name, err)
 		}
 		t.cols = append(t.cols, column{
-			name: d.Name, typ: d.Type, typmod: d.Typmod, decode: dec,
+			name: d.Name, typ: d.Type, typmod: d.Typmod, decode: dec, fast: fastKind(dec),
 			keep:  s.set.filter.column(schema, name, d.Name),
 			masks: s.set.masksFor(schema, name, d.Name),
 		})
@@ -121,7 +129,20 @@ func (t *table) decode(get func(i int) (byte, []byte)) error {
 		if k != kindText {
 			continue
 		}
-		v, err := t.cols[i].decode(b)
+		var v any
+		var err error
+		switch c := &t.cols[i]; {
+		case c.fast == fastText && t.slab != nil:
+			v = t.slab.String(t.slab.Text(b))
+		case c.fast == fastInt && t.slab != nil:
+			if n, perr := strconv.ParseInt(unsafe.String(unsafe.SliceData(b), len(b)), 10, 64); perr == nil {
+				v = t.slab.Int(n)
+			} else {
+				v, err = c.decode(b) // its error names the text
+			}
+		default:
+			v, err = c.decode(b)
+		}
 		if err != nil {
 			// the same text fails the same way after a reconnect: retrying cannot help
 			return connect.Permanent(fmt.Errorf("table %s.%s column %s: %w", t.schema, t.name, t.cols[i].name, err))
@@ -134,7 +155,7 @@ func (t *table) decode(get func(i int) (byte, []byte)) error {
 // image returns the row image of the decoded row (kept columns, masks applied; unchanged
 // values left out) and the names of the unchanged columns.
 func (t *table) image() (connect.Row, []string) {
-	row := make(connect.Row, 0, len(t.cols))
+	row := t.fields(len(t.cols))[:0]
 	var unchanged []string
 	for i := range t.cols {
 		c := &t.cols[i]
@@ -156,7 +177,7 @@ func (t *table) image() (connect.Row, []string) {
 
 // imageKey returns image() and keyRow() with one allocation for both rows.
 func (t *table) imageKey() (connect.Row, []string, connect.Row) {
-	buf := make(connect.Row, 0, len(t.cols)+len(t.key))
+	buf := t.fields(len(t.cols) + len(t.key))[:0]
 	var unchanged []string
 	for i := range t.cols {
 		c := &t.cols[i]
@@ -189,11 +210,27 @@ func (t *table) keyRow() connect.Row {
 	if t.key == nil {
 		return nil
 	}
-	k := make(connect.Row, len(t.key))
+	k := t.fields(len(t.key))
 	for j, i := range t.key {
 		k[j] = connect.Field{Name: t.cols[i].name, Value: t.vals[i]}
 	}
 	return k
+}
+
+// fields returns a row of n zero fields, from the slab when the table has one.
+func (t *table) fields(n int) connect.Row {
+	if t.slab == nil {
+		return make(connect.Row, n)
+	}
+	return t.slab.Fields(n)
+}
+
+// boxRow returns r (not nil) as an interface, boxed from the slab when the table has one.
+func (t *table) boxRow(r connect.Row) any {
+	if t.slab == nil {
+		return r
+	}
+	return t.slab.Row(r)
 }
 
 // event is what a record is made from: its images, key, source block and position.
@@ -239,31 +276,31 @@ func (s *Source) record(t *table, ev *event) connect.Record {
 	var env connect.Row
 	if ev.source == nil {
 		// the source block is this record's own: one allocation for both rows
-		buf := make(connect.Row, 5+12)
+		buf := t.fields(5 + 12)
 		env = buf[:5:5]
 		src := buf[5:]
 		s.fillSource(src, t, ev.srcTs, "false", ev.srcSeq, ev.srcTx, ev.srcLSN)
-		env[2] = connect.Field{Name: connect.FieldSource, Value: src}
+		env[2] = connect.Field{Name: connect.FieldSource, Value: t.boxRow(src)}
 	} else {
-		env = make(connect.Row, 5)
+		env = t.fields(5)
 		env[2] = connect.Field{Name: connect.FieldSource, Value: ev.source}
 	}
-	env[0] = connect.Field{Name: connect.FieldBefore, Value: rowOrNil(ev.before)}
-	env[1] = connect.Field{Name: connect.FieldAfter, Value: rowOrNil(ev.after)}
+	env[0] = connect.Field{Name: connect.FieldBefore, Value: t.rowOrNil(ev.before)}
+	env[1] = connect.Field{Name: connect.FieldAfter, Value: t.rowOrNil(ev.after)}
 	env[3] = connect.Field{Name: connect.FieldOp, Value: opNames[ev.op]}
 	env[4] = connect.Field{Name: connect.FieldTsMs, Value: s.nowMs}
-	r.Value = env
+	r.Value = t.boxRow(env)
 	if len(ev.unchanged) > 0 {
 		r.Headers = connect.Headers{{Key: connect.HeaderUnchanged, Value: []byte(strings.Join(ev.unchanged, ","))}}
 	}
 	return r
 }
 
-func rowOrNil(r connect.Row) any {
+func (t *table) rowOrNil(r connect.Row) any {
 	if r == nil {
 		return nil
 	}
-	return r
+	return t.boxRow(r)
 }
 
 // sourceRow builds a source block (Debezium's PostgreSQL fields in Debezium's order).

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -210,6 +211,24 @@ func (d *typeDecoders) builtin(oid uint32, typmod int32) decodeFunc {
 }
 
 func decodeText(src []byte) (any, error) { return string(src), nil }
+
+// Columns whose decoder is decodeText or decodeInt are decoded in place by table.decode,
+// boxing from the source's slab instead of allocating per value.
+const (
+	fastText = 1 + iota
+	fastInt
+)
+
+// fastKind returns fastText or fastInt for those two decoders, 0 for any other.
+func fastKind(dec decodeFunc) byte {
+	switch reflect.ValueOf(dec).Pointer() {
+	case reflect.ValueOf(decodeText).Pointer():
+		return fastText
+	case reflect.ValueOf(decodeInt).Pointer():
+		return fastInt
+	}
+	return 0
+}
 
 func decodeBool(src []byte) (any, error) {
 	switch string(src) {

@@ -1,0 +1,118 @@
+package connect
+
+import "unsafe"
+
+// Slab builds the values of many records with a few large allocations instead of one or more
+// per value: storing a string, an int64, a float64 or a Row in an interface (a Field's Value)
+// normally copies it to the heap on its own, and a record's rows are each an allocation too.
+// That is most of the allocation cost of decoding a record, on the source side and on the sink
+// side alike.
+//
+// A Slab copies values into chunks and returns interfaces and rows that point into them (see
+// box). The price is that one live value keeps its whole chunk alive, and chunks of different
+// kinds point into each other (a row's fields chunk holds boxes in a strings chunk that the
+// previous rows share, ...), so one live value of a Slab may keep every chunk the Slab ever
+// made alive. Use a Slab for one bounded group of values that live about as long as each other
+// (the records of a batch), then start a new one: never keep a Slab for good. A Slab
+// never writes an element again once it handed it out, so the values it returned stay valid
+// whatever happens to the Slab afterwards. The zero Slab is ready to use; it is not safe for
+// concurrent use.
+type Slab struct {
+	// N is how many values a new chunk holds (0: 256). Strings' text and row fields are cut
+	// from chunks of their own, sized from N too.
+	N int
+
+	strs   []string
+	ints   []int64
+	floats []float64
+	rows   []Row
+	fields []Field
+	text   []byte
+}
+
+func (s *Slab) size() int {
+	if s.N > 0 {
+		return s.N
+	}
+	return 256
+}
+
+// String returns v boxed.
+func (s *Slab) String(v string) any {
+	if len(s.strs) == cap(s.strs) {
+		s.strs = make([]string, 0, s.size())
+	}
+	s.strs = append(s.strs, v)
+	return box(typString, unsafe.Pointer(&s.strs[len(s.strs)-1]))
+}
+
+// Text returns a string holding a copy of b, cut from the Slab's text chunk.
+func (s *Slab) Text(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > 1024 {
+		return string(b) // large texts get their own allocation
+	}
+	if cap(s.text)-len(s.text) < len(b) {
+		s.text = make([]byte, 0, max(32*s.size(), 4096))
+	}
+	start := len(s.text)
+	s.text = append(s.text, b...)
+	return unsafe.String(&s.text[start], len(b))
+}
+
+// Int returns n boxed.
+func (s *Slab) Int(n int64) any {
+	if n >= 0 && n < 256 {
+		return n // the runtime boxes small integers without allocating
+	}
+	if len(s.ints) == cap(s.ints) {
+		s.ints = make([]int64, 0, s.size())
+	}
+	s.ints = append(s.ints, n)
+	return box(typInt64, unsafe.Pointer(&s.ints[len(s.ints)-1]))
+}
+
+// Float returns f boxed.
+func (s *Slab) Float(f float64) any {
+	if len(s.floats) == cap(s.floats) {
+		s.floats = make([]float64, 0, max(s.size()/4, 4))
+	}
+	s.floats = append(s.floats, f)
+	return box(typFloat64, unsafe.Pointer(&s.floats[len(s.floats)-1]))
+}
+
+// Row returns r boxed (nil stays a Row(nil) in the interface, not a nil interface).
+func (s *Slab) Row(r Row) any {
+	if len(s.rows) == cap(s.rows) {
+		s.rows = make([]Row, 0, max(s.size()/8, 4))
+	}
+	s.rows = append(s.rows, r)
+	return box(typRow, unsafe.Pointer(&s.rows[len(s.rows)-1]))
+}
+
+// Fields returns a Row of n zero fields, cut from the Slab's field chunk; its capacity ends at
+// its length, so appending to it never writes into a neighbour.
+func (s *Slab) Fields(n int) Row {
+	if n > 64 {
+		return make(Row, n)
+	}
+	if cap(s.fields)-len(s.fields) < n {
+		s.fields = make([]Field, 0, max(2*s.size(), n))
+	}
+	start := len(s.fields)
+	s.fields = s.fields[:start+n]
+	return Row(s.fields[start : start+n : start+n])
+}
+
+// reserve makes the next string and row chunks hold exactly strs and rows values (a one-value
+// parse that counted them); 0 leaves a kind as it is.
+func (s *Slab) reserve(strs, rows int) {
+	if strs > 0 {
+		s.strs = make([]string, 0, strs)
+	}
+	if rows > 0 {
+		s.rows = make([]Row, 0, rows)
+	}
+}
