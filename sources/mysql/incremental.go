@@ -44,7 +44,9 @@ import (
 // by that window; the MySQL flavor is not tested here (see the README).
 //
 // The next chunk is read, and converted into records, in the background while the last one
-// goes to the log (Engine.Prefetch); the stream does not go on until it is registered. A chunk
+// goes to the log (Engine.Prefetch); the stream does not go on until it is registered. On
+// MariaDB the rows are converted while the query streams the rest of the chunk (the read's
+// position, their version, is known before it). A chunk
 // goes to the log in batches of at most max.batch.size records; all but the last carry the
 // position before the chunk, so a restart from one of them reads the chunk again.
 //
@@ -397,21 +399,63 @@ func (m *incrModel) chunkSQL(task *snapshot.Task, after, args []any) string {
 	return b.String()
 }
 
-// readChunk reads the task's next chunk in the connection's open transaction. last is the
-// chunk key of the last row, as stored in the state (appendKeyArg).
-func readChunk(c *client.Conn, m *incrModel, task *snapshot.Task) (*rowSet, []string, error) {
+// convRun is the most rows a chunk read hands to its converter at a time.
+const convRun = 2048
+
+// readChunk reads the task's next chunk in the connection's open transaction into rd: its
+// rows as records (convert), their count, the chunk key of the last (rd.last, as stored in the
+// state: appendKeyArg) and whether the table is exhausted. With now set, the rows are converted
+// in a goroutine of their own, a run of convRun rows at a time, while the query streams the
+// next (rd's binlog position, the records' version, must be known); otherwise they wait in
+// rd.runs for convertRuns.
+func (s *Source) readChunk(c *client.Conn, rd *incrRead, task *snapshot.Task, now bool) error {
+	m := rd.m
 	var after []any
 	if task.After != nil {
 		var err error
 		after, err = decodeKeyArgs(task.After)
 		if err != nil || len(after) != len(m.keys) {
-			return nil, nil, connect.Permanentf("snapshot of %s: stored key %v does not fit the key %v", task.Table, task.After, task.Key)
+			return connect.Permanentf("snapshot of %s: stored key %v does not fit the key %v", task.Table, task.After, task.Key)
 		}
 	}
 	text := m.text && intArgs(after)
-	rs := &rowSet{t: m.t, data: make([]byte, 0, 64<<10), cells: make([]cell, 0, min(task.ChunkSize, 1<<14)*len(m.t.cols))}
+	rd.n, rd.last, rd.exhausted, rd.runs = 0, nil, false, nil
+	rd.recs = make([]connect.Record, 0, min(task.ChunkSize, 1<<16))
+	rd.keys = make([]byte, 0, min(task.ChunkSize, 1<<16)*16)
+	rd.ends = make([]int, 0, min(task.ChunkSize, 1<<16))
+	var runs chan *rowSet
+	converted := make(chan error, 1)
+	if now {
+		runs = make(chan *rowSet, 2)
+		go func() {
+			var err error
+			for rs := range runs {
+				if err == nil {
+					err = s.convert(rd, rs, task)
+				}
+			}
+			converted <- err
+		}()
+	}
+	hand := func(rs *rowSet) {
+		if now {
+			runs <- rs
+		} else {
+			rd.runs = append(rd.runs, rs)
+		}
+	}
+	newRun := func() *rowSet {
+		return &rowSet{t: m.t, data: make([]byte, 0, 16<<10), cells: make([]cell, 0, min(task.ChunkSize, convRun)*len(m.t.cols))}
+	}
+	var prev *rowSet
+	rs := newRun()
 	perRow := func(row []gomysql.FieldValue) error {
 		rs.add(row)
+		rd.n++
+		if rs.n == convRun {
+			hand(rs)
+			rs, prev = newRun(), rs
+		}
 		return nil
 	}
 	var res gomysql.Result
@@ -434,17 +478,41 @@ func readChunk(c *client.Conn, m *incrModel, task *snapshot.Task) (*rowSet, []st
 			st.Close()
 		}
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot of %s: %s: %w", task.Table, q, err)
-	}
-	var last []string
 	if rs.n > 0 {
-		row := rs.row(rs.n - 1)
+		hand(rs)
+		prev = rs
+	}
+	var cerr error
+	if now {
+		close(runs)
+		cerr = <-converted
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot of %s: %s: %w", task.Table, q, err)
+	}
+	if cerr != nil {
+		return cerr
+	}
+	if prev != nil {
+		row := prev.row(prev.n - 1)
 		for _, k := range m.keys {
-			last = append(last, string(appendKeyArg(nil, &row[k])))
+			rd.last = append(rd.last, string(appendKeyArg(nil, &row[k])))
 		}
 	}
-	return rs, last, nil
+	rd.exhausted = rd.n < task.ChunkSize
+	return nil
+}
+
+// convertRuns converts the rows a chunk read left in rd.runs.
+func (s *Source) convertRuns(rd *incrRead, task *snapshot.Task) error {
+	runs := rd.runs
+	rd.runs = nil
+	for _, rs := range runs {
+		if err := s.convert(rd, rs, task); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // incrRead is what a window holds: the rows read, converted (incremental), or the open
@@ -455,6 +523,7 @@ type incrRead struct {
 	recs      []connect.Record // the rows as records, without Positions
 	keys      []byte           // the JSON of their record keys, one after the other
 	ends      []int            // where each key ends in keys
+	runs      []*rowSet        // rows read, not converted yet (readChunk)
 	last      []string
 	exhausted bool
 	readAt    time.Time
@@ -588,7 +657,6 @@ func (s *Source) openWindow(ctx context.Context, c *client.Conn, m *incrModel, t
 	}
 	maria := s.flavor == gomysql.MariaDBFlavor
 	read := &incrRead{m: m}
-	var rows *rowSet
 	if !maria {
 		file, pos, err := s.binlogHead(c)
 		if err != nil {
@@ -630,11 +698,10 @@ func (s *Source) openWindow(ctx context.Context, c *client.Conn, m *incrModel, t
 	if task.Type == snapshot.TypeBlocking {
 		read.conn = c
 	} else {
-		var err error
-		if rows, read.last, err = readChunk(c, m, task); err != nil {
+		// MariaDB: the records' version, the read's position, is known: convert while reading
+		if err := s.readChunk(c, read, task, maria); err != nil {
 			return fail("read", err)
 		}
-		read.exhausted = rows.n < task.ChunkSize
 		if _, err := c.Execute("COMMIT"); err != nil {
 			return fail("commit", err)
 		}
@@ -651,11 +718,9 @@ func (s *Source) openWindow(ctx context.Context, c *client.Conn, m *incrModel, t
 		read.file, read.pos = file, pos
 		r.high = mark(seq, pos)
 	}
-	if rows != nil {
-		if err := s.convert(read, rows, task); err != nil {
-			r.err = err
-			return r
-		}
+	if err := s.convertRuns(read, task); err != nil {
+		r.err = err
+		return r
 	}
 	r.read = read
 	return r
@@ -731,9 +796,9 @@ func (in *incr) dropPrefetch() {
 	}
 }
 
-// convert turns the rows of a chunk into records (without their Positions) and the JSON of
-// their record keys, the de-duplication keys. It runs where the chunk was read: for a chunk
-// read ahead, in the background while the last chunk goes to the log.
+// convert turns a run of rows of a chunk into records (without their Positions) and the JSON of
+// their record keys, the de-duplication keys, appended to rd's. It runs where the chunk is
+// read: for a chunk read ahead, in the background while the last chunk goes to the log.
 func (s *Source) convert(rd *incrRead, rs *rowSet, task *snapshot.Task) error {
 	t := rd.m.t
 	seq, _ := fileSeq(rd.file)
@@ -749,10 +814,6 @@ func (s *Source) convert(rd *incrRead, rs *rowSet, task *snapshot.Task) error {
 	if t.keyPrefix {
 		nkf = 0
 	}
-	rd.n = rs.n
-	rd.recs = make([]connect.Record, 0, rs.n)
-	rd.keys = make([]byte, 0, rs.n*16)
-	rd.ends = make([]int, 0, rs.n)
 	for r := 0; r < rs.n; r++ {
 		row := rs.row(r)
 		blk := fields.newBlock(0, t.nOut, nkf)
@@ -809,12 +870,9 @@ func (s *Source) emitWindow(ctx context.Context, w *snapshot.Window, base []byte
 	task := w.Task
 	if w.Blocking() {
 		stop := context.AfterFunc(ctx, func() { abort(rd.conn) })
-		rs, last, err := readChunk(rd.conn, rd.m, task)
+		err := s.readChunk(rd.conn, rd, task, true)
 		if err == nil {
-			rd.last = last
-			rd.exhausted = rs.n < task.ChunkSize
-			err = s.convert(rd, rs, task)
-			if err == nil && rd.exhausted {
+			if rd.exhausted {
 				if _, cerr := rd.conn.Execute("COMMIT"); cerr != nil {
 					err = fmt.Errorf("snapshot of %s: commit: %w", task.Table, cerr)
 				}

@@ -256,19 +256,26 @@ func countOps(t testing.TB, recs []connect.Record, topic string) map[string]int 
 }
 
 // TestIncrementalSnapshotUnderWrites snapshots a table chunk by chunk while a writer inserts,
-// updates, deletes and changes keys: the table folded from the log equals the table, the
-// percent never goes down, and the notifications arrive.
+// updates, deletes and changes keys: the table folded from the log equals the table, no row is
+// read twice, the percent never goes down, and the notifications arrive. The second seed reads
+// chunks of 5000 rows, converted in three runs while the query streams (convRun): the
+// de-duplication keys and the last key of a chunk span the runs.
 func TestIncrementalSnapshotUnderWrites(t *testing.T) {
 	m := sharedMariaDB(t)
-	for _, seed := range []uint64{1, 2} {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+	for _, tc := range []struct {
+		seed      uint64
+		chunk     string
+		minChunks int64
+	}{{1, "500", 30}, {2, "5000", 4}} {
+		t.Run(fmt.Sprint("seed", tc.seed), func(t *testing.T) {
+			seed := tc.seed
 			db := testDB(t, m)
 			seedTable(t, m, db, "t", 20000)
 			cfg := baseConfig(m, db, map[string]string{
 				KeySnapshotMode:            SnapshotNoData,
 				KeyHeartbeatInterval:       "200",
-				KeyMaxBatchSize:            "200", // a chunk goes out in three batches
-				snapshot.KeyChunkSize:      "500",
+				KeyMaxBatchSize:            "200", // a chunk goes out in several batches
+				snapshot.KeyChunkSize:      tc.chunk,
 				snapshot.KeyNotifyChannels: "sink",
 				snapshot.KeyNotifyTopic:    "notes",
 			})
@@ -312,11 +319,15 @@ func TestIncrementalSnapshotUnderWrites(t *testing.T) {
 				}
 			}
 			st := src.Stats()
-			t.Logf("%d writes, ops %v, %d notifications, %d chunks", w.writes.Load(), ops, notes, st.ChunkID)
+			chunks, reread := rereadChunks(t, l.recs, topic, nil)
+			t.Logf("%d writes, ops %v, %d notifications, %d chunks (%d with rows)", w.writes.Load(), ops, notes, st.ChunkID, chunks)
 			if ops["r"] < 15000 {
 				t.Fatalf("only %d snapshot reads: %v", ops["r"], ops)
 			}
-			if notes < 4 || st.ChunkID < 30 || st.RowsScanned[db+".t"] < 15000 || st.RemainingTableCount != 0 {
+			if reread[0] != 0 {
+				t.Fatalf("%d chunks read rows that an earlier chunk had read (no restart)", reread[0])
+			}
+			if notes < 4 || st.ChunkID < tc.minChunks || st.RowsScanned[db+".t"] < 15000 || st.RemainingTableCount != 0 {
 				t.Fatalf("want STARTED, IN_PROGRESS..., TABLE_SCAN_COMPLETED, COMPLETED notifications and the chunks counted; got %d notifications, stats %+v", notes, st)
 			}
 			for _, r := range l.recs {
