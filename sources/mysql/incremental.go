@@ -898,9 +898,12 @@ func (s *Source) emitWindow(ctx context.Context, w *snapshot.Window, base []byte
 		if !em.Keep(key) {
 			continue
 		}
-		r := rd.recs[i]
-		r.Position = em.Next()
-		recs = append(recs, r)
+		rd.recs[i].Position = em.Next()
+		if len(recs) < i {
+			recs = append(recs, rd.recs[i]) // moved down over a dropped one
+		} else {
+			recs = recs[:i+1]
+		}
 	}
 	s.stats.events.Add(int64(len(recs)))
 	s.addScanned(task.Table, int64(rd.n), task.Total)
