@@ -314,6 +314,20 @@ func (s *Sink) fill(ctx context.Context, p *plan, prev *plan) error {
 	}
 	if guard {
 		s.queueMarkers(ctx, p, now)
+		// Remembered now, while the rows' cache lines are fresh, rather than when the
+		// transaction is answered: if it fails, or the plan is not sent, the chunk's rows are
+		// dropped from the cache (land, discard).
+		for _, i := range p.touched {
+			id := ops[i].id
+			m := p.state[id]
+			m.touched = false
+			s.cache.put(id, m)
+		}
+		for _, id := range p.read { // what it read (entries it only read are not renewed)
+			if m, ok := p.state[id]; ok && !m.touched {
+				s.cache.put(id, m)
+			}
+		}
 	}
 	p.exec = goredis.NewCmd(ctx, "exec")
 	p.all = append(p.all, p.exec)
@@ -368,8 +382,9 @@ func (s *Sink) send(ctx context.Context, p *plan) *flight {
 	return f
 }
 
-// land waits for f and settles it: the chunk's counts, the refused commands (whose markers
-// are set back) and the cache. An error leaves nothing cached about the chunk's rows.
+// land waits for f and settles it: the chunk's counts and the refused commands (whose markers
+// are set back, in Redis and in the cache). An error leaves nothing cached about the chunk's
+// rows.
 func (s *Sink) land(ctx context.Context, f *flight) (res chunkResult, clean bool, err error) {
 	<-f.done
 	p := f.p
@@ -421,20 +436,6 @@ func (s *Sink) land(ctx context.Context, f *flight) (res chunkResult, clean bool
 			res.deleted++
 		default:
 			res.written++
-		}
-	}
-	if guard {
-		// what the chunk wrote, and what it read from Redis (cached entries it only read stay)
-		for _, i := range p.touched {
-			id := p.ops[i].id
-			m := p.state[id]
-			m.touched = false
-			s.cache.put(id, m)
-		}
-		for _, id := range p.read {
-			if m, ok := p.state[id]; ok && !m.touched {
-				s.cache.put(id, m)
-			}
 		}
 	}
 	return res, len(refused) == 0, nil
@@ -651,6 +652,14 @@ func (s *Sink) newPlan(ops []op) *plan {
 	return p
 }
 
+// discard forgets a plan that will not be sent: what fill put in the cache about its rows, too.
+func (s *Sink) discard(p *plan) {
+	for i := range p.ops {
+		s.cache.drop(p.ops[i].id)
+	}
+	s.release(p)
+}
+
 // release returns p for reuse once nothing reads it any more.
 func (s *Sink) release(p *plan) {
 	clear(p.dec)
@@ -711,6 +720,7 @@ func (s *Sink) refused(ctx context.Context, p *plan, refused []int) ([]connect.R
 	}
 	for id, m := range fixed {
 		p.state[id] = m
+		s.cache.put(id, m) // fill remembered what the refused commands would have left
 	}
 	return out, s.fixMarkers(ctx, fixed, vkeys, keys)
 }

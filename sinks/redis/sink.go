@@ -286,14 +286,14 @@ func (e *executor) run() {
 			p, err = s.plan(e.ctx, ops, fl.p) // against what the chunk in flight leaves
 			clean := e.settle(fl)
 			fl = nil
-			if e.err != nil {
-				continue
-			}
-			if !clean || !s.watching && !s.noGuard {
+			if e.err != nil || !clean || !s.watching && !s.noGuard {
 				if p != nil {
-					s.release(p)
+					s.discard(p)
 				}
 				p, err = nil, nil // what the plan assumed did not happen
+			}
+			if e.err != nil {
+				continue
 			}
 		}
 		if p == nil && err == nil {
