@@ -32,7 +32,10 @@ type Source interface {
 	Open(ctx context.Context, after Position) error
 	// Read blocks until it has records or a heartbeat, and returns a bounded batch (a huge
 	// source transaction arrives over several batches). On ctx cancellation it returns
-	// ctx.Err() promptly.
+	// ctx.Err() promptly. The batch is the runtime's from then on: the runtime calls Read
+	// again while it still transforms and encodes the last batch, so no later Read may write
+	// into memory the batch's records, values or positions use (build each batch from fresh
+	// or never-reused memory, as connect.Slab does).
 	Read(ctx context.Context) (Batch, error)
 	// Ack tells the source that everything up to and including upTo is durable in the log, so
 	// it may release the source's resources for it (Postgres flush LSN). Never called with a

@@ -17,15 +17,16 @@ import (
 
 // The source task (DESIGN.md §3.1: exactly once into the log).
 //
-//	reader:    Read → transforms → route (topic, partition) → drop replayed records → encode
+//	reader:    Read, the next batch while the router works on the last one
+//	router:    transforms → route (topic, partition) → drop replayed records → encode
 //	appender:  one Append per partition of the batch, concurrently; each carries the encoded
 //	           Position of its last record; batches strictly in order
 //	committer: append the end Position of the newest fully appended batch to
 //	           __sluice_source_offsets (key: connector), at most every
 //	           offset.flush.interval.ms, then Ack it
 //
-// The three run as goroutines linked by bounded channels, so at most three batches are in
-// memory. On start the task opens the source after the committed position. A record the
+// The four run as goroutines linked by bounded channels, so at most three batches as the
+// source returned them and three encoded ones are in memory. On start the task opens the source after the committed position. A record the
 // source replays is dropped when its Order is not above the Order stored with this
 // connector's last append to the record's partition (the log's producer state), so a crash
 // anywhere, even between the appends of one batch, leaves every record in the log once.
@@ -91,7 +92,7 @@ type sourceTask struct {
 
 	prompt PromptCommitter // the source, if it asks for prompt commits
 
-	// Reader-only state.
+	// Router-only state.
 	floor     map[TopicPartition][]byte // Order of the last record stored per partition
 	skipped   int64                     // replayed records dropped since the start
 	resumed   bool                      // a record above the floor was routed
@@ -156,12 +157,17 @@ func (t *sourceTask) run(ctx, force context.Context, committed connect.Position)
 	for range depth {
 		free <- &sourceBatch{index: map[TopicPartition]*partBatch{}}
 	}
+	toRoute := make(chan connect.Batch, 1)
 	toAppend := make(chan *sourceBatch, 1)
 	slot := newPositionSlot(committed)
 
 	g.Go(func() error {
+		defer close(toRoute)
+		return t.read(readCtx, gctx, toRoute)
+	})
+	g.Go(func() error {
 		defer close(toAppend)
-		return t.read(readCtx, gctx, free, toAppend)
+		return t.routeLoop(gctx, free, toRoute, toAppend)
 	})
 	g.Go(func() error {
 		defer slot.close()
@@ -181,7 +187,7 @@ func (t *sourceTask) run(ctx, force context.Context, committed connect.Position)
 }
 
 // read is the reader: it returns nil when readCtx is cancelled by a graceful stop.
-func (t *sourceTask) read(readCtx, gctx context.Context, free <-chan *sourceBatch, out chan<- *sourceBatch) error {
+func (t *sourceTask) read(readCtx, gctx context.Context, out chan<- connect.Batch) error {
 	for {
 		if err := t.c.gate.wait(readCtx); err != nil {
 			return nil
@@ -193,10 +199,22 @@ func (t *sourceTask) read(readCtx, gctx context.Context, free <-chan *sourceBatc
 			}
 			return fmt.Errorf("read source: %w", err)
 		}
+		select {
+		case out <- batch:
+		case <-gctx.Done():
+			return nil
+		}
+	}
+}
+
+// routeLoop is the router: it encodes each batch the reader hands over into a free
+// sourceBatch, in order, until the reader is done.
+func (t *sourceTask) routeLoop(ctx context.Context, free <-chan *sourceBatch, in <-chan connect.Batch, out chan<- *sourceBatch) error {
+	for batch := range in {
 		var b *sourceBatch
 		select {
 		case b = <-free:
-		case <-gctx.Done():
+		case <-ctx.Done():
 			return nil
 		}
 		b.reset()
@@ -205,10 +223,11 @@ func (t *sourceTask) read(readCtx, gctx context.Context, free <-chan *sourceBatc
 		}
 		select {
 		case out <- b:
-		case <-gctx.Done():
+		case <-ctx.Done():
 			return nil
 		}
 	}
+	return nil
 }
 
 // route transforms the records of batch and sorts them into b's per-partition appends,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +32,24 @@ import (
 const benchRows = 1_000_000
 
 func peakRSSMiB() float64 { return procHWM(os.Getpid()) }
+
+// cpuTime is the CPU time this process has used so far. The servers' work is not in it, so
+// per-row CPU compares what sluice's own code costs, less disturbed by a busy machine than
+// the rates are.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuPerRow returns the CPU microseconds per row the process spent in run, and run's result.
+func cpuPerRow(b *testing.B, rows float64, run func() time.Duration) (time.Duration, float64) {
+	c := cpuTime(b)
+	took := run()
+	return took, float64((cpuTime(b) - c).Microseconds()) / rows
+}
 
 func createSlot(b *testing.B, d *database, name string) pglogrepl.LSN {
 	var lsn string
@@ -179,13 +198,16 @@ func BenchmarkBacklogDrain(b *testing.B) {
 			d.exec(b, fmt.Sprintf("INSERT INTO items SELECT g, g %% 1000, 'row ' || g, now() FROM generate_series(%d, %d) g", tx*10000+1, tx*10000+10000))
 		}
 		b.StartTimer()
-		bare := bareDrain(b, d, slots[0], benchRows)
-		cfg := d.sourceConfig(map[string]string{"snapshot.mode": "no_data", "slot.name": slots[1], "publication.autocreate.mode": "disabled", "max.batch.size": "2048"})
-		alone := sourceDrain(b, cfg, benchRows+1) // the truncate, then the rows
-		cfg["slot.name"] = slots[2]
-		intoLog := logDrain(b, cfg, "pg.public.items", benchRows+1)
-		b.StopTimer()
 		rows := float64(benchRows)
+		bare, bareCPU := cpuPerRow(b, rows, func() time.Duration { return bareDrain(b, d, slots[0], benchRows) })
+		cfg := d.sourceConfig(map[string]string{"snapshot.mode": "no_data", "slot.name": slots[1], "publication.autocreate.mode": "disabled", "max.batch.size": "2048"})
+		alone, aloneCPU := cpuPerRow(b, rows, func() time.Duration { return sourceDrain(b, cfg, benchRows+1) }) // the truncate, then the rows
+		cfg["slot.name"] = slots[2]
+		intoLog, logCPU := cpuPerRow(b, rows, func() time.Duration { return logDrain(b, cfg, "pg.public.items", benchRows+1) })
+		b.StopTimer()
+		b.ReportMetric(bareCPU, "bare_cpu_us/row")
+		b.ReportMetric(aloneCPU, "source_cpu_us/row")
+		b.ReportMetric(logCPU, "log_cpu_us/row")
 		b.ReportMetric(rows/bare.Seconds(), "bare_rows/s")
 		b.ReportMetric(rows/alone.Seconds(), "source_rows/s")
 		b.ReportMetric(rows/intoLog.Seconds(), "log_rows/s")
@@ -218,10 +240,12 @@ func BenchmarkSnapshot(b *testing.B) {
 			b.Fatalf("copy: %v (%d rows)", err, tag.RowsAffected())
 		}
 		cfg := d.sourceConfig(map[string]string{"snapshot.mode": "initial_only", "max.batch.size": "2048"})
-		alone := sourceDrain(b, cfg, benchRows)
-		cfg["topic.prefix"] = "snap"
-		intoLog := logDrain(b, cfg, "snap.public.items", benchRows)
 		rows := float64(benchRows)
+		alone, aloneCPU := cpuPerRow(b, rows, func() time.Duration { return sourceDrain(b, cfg, benchRows) })
+		cfg["topic.prefix"] = "snap"
+		intoLog, logCPU := cpuPerRow(b, rows, func() time.Duration { return logDrain(b, cfg, "snap.public.items", benchRows) })
+		b.ReportMetric(aloneCPU, "snapshot_cpu_us/row")
+		b.ReportMetric(logCPU, "log_cpu_us/row")
 		b.ReportMetric(rows/copyTook.Seconds(), "copy_rows/s")
 		b.ReportMetric(rows/alone.Seconds(), "snapshot_rows/s")
 		b.ReportMetric(rows/intoLog.Seconds(), "log_rows/s")
