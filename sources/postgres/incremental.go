@@ -839,6 +839,9 @@ func sameNames(a, b []string) bool {
 	return true
 }
 
+// signalTimeout bounds the handling of one signal row.
+const signalTimeout = 30 * time.Second
+
 // signalRow applies an insert into the signal table (columns id, type, data).
 func (s *Source) signalRow(ctx context.Context, t *table, cols []tupleCol) error {
 	get := func(name string) string {
@@ -853,7 +856,11 @@ func (s *Source) signalRow(ctx context.Context, t *table, cols []tupleCol) error
 		s.log.Warn("signal row without a type ignored", "table", t.id, "id", id)
 		return nil
 	}
-	err := s.incr.SignalInline(ctx, typ, []byte(data), id)
+	// The row is consumed from the stream: a Read cancelled now must not drop the signal, so
+	// the command (a catalog read and a store write) runs to its end, within its own bound.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signalTimeout)
+	defer cancel()
+	err := s.incr.SignalInline(cctx, typ, []byte(data), id)
 	switch {
 	case err == nil:
 		s.log.Info("signal received", "id", id, "type", typ)

@@ -871,3 +871,34 @@ func TestIncrementalSnapshotParallelTables(t *testing.T) {
 		}
 	}
 }
+
+// A signal row is consumed from the stream when it is handled, so a Read cancelled meanwhile
+// (readUntil cancels each Read after 300 ms; resolving an execute-snapshot's tables opens a
+// connection, which a loaded machine can make slower than that) must not drop the request:
+// handled under an already cancelled context, the row still starts its snapshot.
+func TestSignalRowSurvivesCancelledRead(t *testing.T) {
+	pg := sharedPG(t)
+	db := newDB(t, pg)
+	db.exec(t, "CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO t SELECT g, g FROM generate_series(1, 300) g",
+		"CREATE TABLE dbz_signal (id VARCHAR(42) PRIMARY KEY, type VARCHAR(32) NOT NULL, data VARCHAR(2048) NULL)")
+	cfg := db.config(map[string]string{
+		KeySnapshotMode: SnapshotNoData, snapshot.KeyChunkSize: "100",
+		KeyPublicationMode: PublicationFiltered, KeyTableInclude: "public.t", snapshot.KeySignalTable: "public.dbz_signal",
+	})
+	src := openWithStore(t, cfg, connect.Position{}, &memStore{})
+	log := newMemLog()
+	readAcked(t, src, log, 10*time.Second, func() bool { return true })
+	sig := &table{id: "public.dbz_signal", cols: []column{{name: "id"}, {name: "type"}, {name: "data"}}}
+	row := []tupleCol{{kind: 't', data: []byte("c1")}, {kind: 't', data: []byte("execute-snapshot")}, {kind: 't', data: []byte(`{"data-collections": ["public.t"]}`)}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := src.signalRow(ctx, sig, row); err != nil {
+		t.Fatalf("signal row under a cancelled Read: %v", err)
+	}
+	readAcked(t, src, log, 30*time.Second, func() bool { return tableDone(snapshotStatus(t, src), "public.t") })
+	recs, _ := log.snapshot()
+	if d := diffStates(tableState(t, db, "t"), fold(t, recs, "srv.public.t")); d != "" {
+		t.Fatalf("derived state differs from the table:\n%s", d)
+	}
+}
