@@ -100,12 +100,21 @@ func (c *conn) close(err error) {
 	})
 }
 
+// frameHeader is the length and kind before a frame's payload.
+const frameHeader = 5
+
 // frame builds a frame of kind with payload.
 func frame(kind byte, payload []byte) []byte {
-	b := make([]byte, 5, 5+len(payload))
-	binary.BigEndian.PutUint32(b, uint32(1+len(payload)))
+	b := make([]byte, frameHeader, frameHeader+len(payload))
+	return sealFrame(append(b, payload...), kind)
+}
+
+// sealFrame fills in the header of b, a frame whose payload was appended
+// after frameHeader bytes.
+func sealFrame(b []byte, kind byte) []byte {
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
 	b[4] = kind
-	return append(b, payload...)
+	return b
 }
 
 // trySend queues a frame without blocking.
@@ -170,19 +179,32 @@ func (c *conn) writeLoop() {
 
 // readFrame reads one frame.
 func readFrame(r *bufio.Reader) (byte, []byte, error) {
+	kind, p, _, err := readFrameInto(r, nil)
+	return kind, p, err
+}
+
+// maxReuse bounds the read buffer a connection keeps between frames.
+const maxReuse = 1 << 20
+
+// readFrameInto reads one frame into buf if it fits, else into a new
+// buffer, and returns the buffer used.
+func readFrameInto(r *bufio.Reader, buf []byte) (byte, []byte, []byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, nil, err
+		return 0, nil, buf, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n == 0 || n > maxFrame {
-		return 0, nil, fmt.Errorf("frame length %d out of range", n)
+		return 0, nil, buf, fmt.Errorf("frame length %d out of range", n)
 	}
-	b := make([]byte, n)
+	if uint32(cap(buf)) < n {
+		buf = make([]byte, n)
+	}
+	b := buf[:n]
 	if _, err := io.ReadFull(r, b); err != nil {
-		return 0, nil, err
+		return 0, nil, buf, err
 	}
-	return b[0], b[1:], nil
+	return b[0], b[1:], buf, nil
 }
 
 // call sends a request and waits for its answer.
@@ -223,12 +245,19 @@ func (c *conn) call(ctx context.Context, op uint8, body []byte) ([]byte, error) 
 // readLoop reads frames until the connection breaks, dispatching them to
 // h (nil for a client's connection).
 func (c *conn) readLoop(ctx context.Context, br *bufio.Reader, h handler, sem chan struct{}, wg *sync.WaitGroup) {
+	// buf is reused for the next frame when this one's payload is not
+	// kept: a ping, or a Raft message (decoding copies what it keeps).
+	var buf []byte
 	for {
 		c.nc.SetReadDeadline(time.Now().Add(idleTimeout))
-		kind, p, err := readFrame(br)
+		kind, p, b, err := readFrameInto(br, buf)
 		if err != nil {
 			c.close(err)
 			return
+		}
+		buf = nil
+		if (kind == frameRaft || kind == framePing) && cap(b) <= maxReuse {
+			buf = b
 		}
 		switch kind {
 		case framePing:
@@ -587,12 +616,13 @@ func (t *transport) send(key groupKey, msgs []*pb.Message) []uint64 {
 		}
 		ok := false
 		if c != nil {
-			e := enc{b: make([]byte, 0, 64+proto.Size(m))}
+			// The frame is built in place: header, key, message.
+			e := enc{b: make([]byte, frameHeader, frameHeader+binary.MaxVarintLen64+len(key.topic)+4+proto.Size(m))}
 			e.str(key.topic)
 			e.u32(uint32(key.part))
 			b, err := proto.MarshalOptions{}.MarshalAppend(e.b, m)
 			if err == nil {
-				ok = c.trySend(frame(frameRaft, b))
+				ok = c.trySend(sealFrame(b, frameRaft))
 			}
 		}
 		if !ok {

@@ -1,0 +1,81 @@
+package raft
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// recordingHandler keeps the Raft messages it is given.
+type recordingHandler struct {
+	mu   sync.Mutex
+	msgs []*pb.Message
+	got  chan struct{}
+}
+
+func (h *recordingHandler) raftMessage(_ uint64, _ groupKey, m *pb.Message) {
+	h.mu.Lock()
+	h.msgs = append(h.msgs, m)
+	h.mu.Unlock()
+	h.got <- struct{}{}
+}
+
+func (h *recordingHandler) request(context.Context, uint64, uint8, []byte) ([]byte, error) {
+	return nil, nil
+}
+
+// TestReadLoopReusesNoMessageBytes sends Raft messages of the same size
+// one after the other: the connection reads each into the same buffer,
+// so a message handed to the group must own its bytes (entries, context)
+// and keep them once the next frame is read.
+func TestReadLoopReusesNoMessageBytes(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	h := &recordingHandler{got: make(chan struct{}, 8)}
+	c := newConn(b, 2)
+	defer c.close(net.ErrClosed)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.readLoop(context.Background(), bufio.NewReader(b), h, make(chan struct{}, 1), &wg)
+	}()
+	tr := &transport{self: 1, peers: map[uint64]*peer{2: {id: 2, changed: make(chan struct{})}}}
+	out := newConn(a, 1)
+	tr.peers[2].conn = out
+	go out.writeLoop()
+	msg := func(fill byte) *pb.Message {
+		data := make([]byte, 300)
+		for i := range data {
+			data[i] = fill
+		}
+		return &pb.Message{Type: pb.MsgApp.Enum(), To: new(uint64(2)), From: new(uint64(1)),
+			Context: []byte{fill, fill}, Entries: []*pb.Entry{{Index: new(uint64(fill)), Term: new(uint64(1)), Data: data}}}
+	}
+	want := []*pb.Message{msg('a'), msg('b'), msg('c')}
+	for _, m := range want {
+		if failed := tr.send(groupKey{topic: "t"}, []*pb.Message{m}); len(failed) > 0 {
+			t.Fatalf("send to %v failed", failed)
+		}
+		<-h.got
+	}
+	out.close(net.ErrClosed)
+	c.close(net.ErrClosed)
+	wg.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	text := func(ms []*pb.Message) (out []string) {
+		for _, m := range ms {
+			out = append(out, m.String())
+		}
+		return out
+	}
+	if diff := cmp.Diff(text(want), text(h.msgs)); diff != "" {
+		t.Errorf("messages received (-want +got):\n%s", diff)
+	}
+}
