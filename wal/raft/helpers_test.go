@@ -118,3 +118,19 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// campaign makes l's replica of a group campaign at once, once the group
+// exists there, instead of waiting for an election timeout.
+func campaign(t testing.TB, ctx context.Context, l *Log, key groupKey) {
+	t.Helper()
+	for ctx.Err() == nil {
+		if g := l.group(key); g != nil {
+			if err := g.do(ctx, func() { _ = g.rn.Campaign() }); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no group %s on node %d", key, l.self)
+}
