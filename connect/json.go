@@ -361,6 +361,9 @@ func (p *parser) errorf(format string, args ...any) error {
 }
 
 func (p *parser) skipSpace() {
+	if p.pos < len(p.buf) && p.buf[p.pos] > ' ' {
+		return // the common case: compact JSON
+	}
 	for p.pos < len(p.buf) {
 		switch p.buf[p.pos] {
 		case ' ', '\t', '\n', '\r':
@@ -431,21 +434,21 @@ func (p *parser) cut(b []byte) string {
 
 // key returns an object key, interned when it is short: column and envelope names repeat in
 // every record, so most keys cost no allocation.
-func (p *parser) key(b []byte) string {
-	if len(b) > maxInternLen {
-		return p.cut(b)
-	}
+func (p *parser) key(b []byte) (string, uint32) {
 	h := uint32(2166136261)
 	for _, c := range b {
 		h = (h ^ uint32(c)) * 16777619
 	}
+	if len(b) > maxInternLen {
+		return p.cut(b), h
+	}
 	slot := &internTable[h&(internSlots-1)]
 	if s := slot.Load(); s != nil && *s == string(b) {
-		return *s
+		return *s, h
 	}
 	s := string(b)
 	slot.Store(&s)
-	return s
+	return s, h
 }
 
 const (
@@ -460,6 +463,7 @@ var internTable [internSlots]atomic.Pointer[string]
 func (p *parser) object(depth int) (any, error) {
 	p.pos++ // {
 	base := len(p.stack)
+	var names uint64 // bit h%64 is set when a name of hash h is among the object's fields
 	p.skipSpace()
 	if p.pos < len(p.buf) && p.buf[p.pos] == '}' {
 		p.pos++
@@ -474,7 +478,7 @@ func (p *parser) object(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		k := p.key(kb)
+		k, h := p.key(kb)
 		p.skipSpace()
 		if p.pos >= len(p.buf) || p.buf[p.pos] != ':' {
 			return nil, p.errorf("want ':' after object key")
@@ -485,7 +489,12 @@ func (p *parser) object(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.setField(base, k, v)
+		if bit := uint64(1) << (h >> 26); names&bit == 0 {
+			names |= bit // a name not seen yet in this object: no need to look for it
+			p.stack = append(p.stack, Field{Name: k, Value: v})
+		} else {
+			p.setField(base, k, v)
+		}
 		p.skipSpace()
 		if p.pos >= len(p.buf) {
 			return nil, p.errorf("unexpected end of input in object")
@@ -609,21 +618,19 @@ func (p *parser) finishArray(base int) any {
 func (p *parser) str() ([]byte, error) {
 	p.pos++ // opening quote
 	start := p.pos
-	// fast path: no escapes, valid UTF-8
+	// fast path: printable ASCII without escapes (valid UTF-8 by construction)
 	for p.pos < len(p.buf) {
 		c := p.buf[p.pos]
+		if plainASCII[c] {
+			p.pos++
+			continue
+		}
 		if c == '"' {
 			s := p.buf[start:p.pos]
-			if !utf8.Valid(s) {
-				break
-			}
 			p.pos++
 			return s, nil
 		}
-		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
-			break
-		}
-		p.pos++
+		break
 	}
 	out := append(p.scratch[:0], p.buf[start:p.pos]...)
 	defer func() { p.scratch = out[:0] }()
@@ -696,6 +703,15 @@ func (p *parser) str() ([]byte, error) {
 	}
 	return nil, p.errorf("unterminated string")
 }
+
+// plainASCII marks the bytes a JSON string holds as they are: printable ASCII but the quote
+// and the backslash.
+var plainASCII = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func (p *parser) hex4() (rune, error) {
 	if len(p.buf)-p.pos < 4 {
