@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -15,7 +17,8 @@ import (
 
 // Benchmarks. They are never part of a plain go test; run for example
 //
-//	go test -run '^$' -bench BenchmarkReplicatedAppend -benchtime 20000x ./wal/raft/
+//	go test -run '^$' -bench 'BenchmarkReplicatedAppend$' -benchtime 20000x ./wal/raft/
+//	go test -run '^$' -bench BenchmarkReplicatedAppendProcs -benchtime 20000x ./wal/raft/
 //	go test -run '^$' -bench BenchmarkFailover -benchtime 20x ./wal/raft/
 
 const (
@@ -87,22 +90,14 @@ func benchBatch(w, i int) []wal.Record {
 // reports the throughput ratio and both p50/p99 ack latencies, and
 // (alone-*) the single node measured once before the cluster started:
 // the three nodes share the machine's cores and disk, which slows the
-// single node's rounds too.
+// single node's rounds too. The three nodes run in this process, so they
+// also share one Go scheduler: a node's fsync holds one of its threads'
+// processors (GOMAXPROCS) from the others until the runtime hands it on.
+// BenchmarkReplicatedAppendProcs runs the followers as processes.
 func BenchmarkReplicatedAppend(b *testing.B) {
-	dir := b.TempDir()
-	single, err := wal.Open(dir+"/single", wal.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer single.Close()
-	if err := single.CreateTopic("b", smallTopic(1)); err != nil {
-		b.Fatal(err)
-	}
+	single := openSingle(b)
 	// The single node alone first, before the cluster exists.
-	aloneTime, aloneLat := drive(b, b.N/10, func(ctx context.Context, w, i int) error {
-		_, err := single.Append(ctx, "b", 0, benchBatch(w, i), wal.AppendOptions{})
-		return err
-	})
+	aloneTime, aloneLat := drive(b, b.N/10, appendTo(single))
 	ns := startCluster(b, 3, func(c *Config) { c.TickInterval = 100 * time.Millisecond })
 	ctx := ctxT(b, time.Minute)
 	if err := ns[0].l.CreateTopicReplicas(ctx, "b", smallTopic(1), 3); err != nil {
@@ -119,32 +114,97 @@ func BenchmarkReplicatedAppend(b *testing.B) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	compareAppends(b, single, ld)
+	var dropped uint64
+	for _, n := range ns {
+		dropped += n.l.tr.dropped.Load()
+	}
+	b.ReportMetric(float64(dropped), "dropped-msgs")
+	b.ReportMetric(float64(len(aloneLat))/aloneTime.Seconds(), "alone-appends/s")
+	b.ReportMetric(ms(aloneLat.pct(0.5)), "alone-p50-ms")
+	b.ReportMetric(ms(aloneLat.pct(0.99)), "alone-p99-ms")
+}
+
+// BenchmarkReplicatedAppendProcs is BenchmarkReplicatedAppend with the
+// leader in this process and the two followers in processes of their own
+// (this test binary), as nodes run in production: each node has its own
+// Go scheduler, and only the machine's cores and disk are shared.
+func BenchmarkReplicatedAppendProcs(b *testing.B) {
+	single := openSingle(b)
+	nodes := testNodes(freeAddrs(b, 3))
+	c := &procCluster{t: b, dir: b.TempDir(), nodes: nodes, tick: 100 * time.Millisecond, cmds: map[uint64]*exec.Cmd{}}
+	b.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for id, cmd := range c.cmds {
+			cmd.Process.Kill()
+			cmd.Wait()
+			delete(c.cmds, id)
+		}
+	})
+	c.start(2)
+	c.start(3)
+	n1 := &testNode{cfg: Config{Dir: filepath.Join(c.dir, "node1"), NodeID: 1, Nodes: nodes,
+		TickInterval: 100 * time.Millisecond, Logger: testLogger(b).With("node", 1)}}
+	n1.start(b)
+	b.Cleanup(func() { n1.stop(b) })
+	ctx := ctxT(b, time.Minute)
+	campaign(b, ctx, n1.l, groupKey{topic: MetaTopic})
+	created := make(chan error, 1)
+	go func() { created <- n1.l.CreateTopicReplicas(ctx, "b", smallTopic(1), 3) }()
+	campaign(b, ctx, n1.l, groupKey{topic: "b"})
+	if err := <-created; err != nil {
+		b.Fatal(err)
+	}
+	if err := n1.l.group(groupKey{topic: "b"}).serving(ctx); err != nil {
+		b.Fatal(err)
+	}
+	compareAppends(b, single, n1.l)
+	b.ReportMetric(float64(n1.l.tr.dropped.Load()), "leader-dropped-msgs")
+}
+
+func openSingle(b *testing.B) *wal.Log {
+	single, err := wal.Open(b.TempDir(), wal.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { single.Close() })
+	if err := single.CreateTopic("b", smallTopic(1)); err != nil {
+		b.Fatal(err)
+	}
+	return single
+}
+
+type appender interface {
+	Append(ctx context.Context, topic string, part int32, recs []wal.Record, opts wal.AppendOptions) (wal.AppendResult, error)
+}
+
+func appendTo(l appender) func(ctx context.Context, w, i int) error {
+	return func(ctx context.Context, w, i int) error {
+		_, err := l.Append(ctx, "b", 0, benchBatch(w, i), wal.AppendOptions{})
+		return err
+	}
+}
+
+// compareAppends drives b.N appends on the single node and b.N through
+// the leader, alternating in ten rounds, and reports throughput and
+// latencies of both and their ratio.
+func compareAppends(b *testing.B, single *wal.Log, ld *Log) {
 	const rounds = 10
 	var singleTime, replTime time.Duration
 	var singleLat, replLat latencies
 	b.ResetTimer()
 	for r := 0; r < rounds; r++ {
-		el, lat := drive(b, b.N/rounds, func(ctx context.Context, w, i int) error {
-			_, err := single.Append(ctx, "b", 0, benchBatch(w, i), wal.AppendOptions{})
-			return err
-		})
+		el, lat := drive(b, b.N/rounds, appendTo(single))
 		singleTime += el
 		singleLat = append(singleLat, lat...)
-		el, lat = drive(b, b.N/rounds, func(ctx context.Context, w, i int) error {
-			_, err := ld.Append(ctx, "b", 0, benchBatch(w, i), wal.AppendOptions{})
-			return err
-		})
+		el, lat = drive(b, b.N/rounds, appendTo(ld))
 		replTime += el
 		replLat = append(replLat, lat...)
 	}
 	b.StopTimer()
 	sort.Slice(singleLat, func(i, j int) bool { return singleLat[i] < singleLat[j] })
 	sort.Slice(replLat, func(i, j int) bool { return replLat[i] < replLat[j] })
-	var dropped uint64
-	for _, n := range ns {
-		dropped += n.l.tr.dropped.Load()
-	}
-	b.ReportMetric(float64(dropped), "dropped-msgs")
 	ratio := singleTime.Seconds() / replTime.Seconds()
 	b.ReportMetric(float64(len(replLat))/replTime.Seconds(), "appends/s")
 	b.ReportMetric(float64(len(singleLat))/singleTime.Seconds(), "single-appends/s")
@@ -154,9 +214,6 @@ func BenchmarkReplicatedAppend(b *testing.B) {
 	b.ReportMetric(ms(singleLat.pct(0.5)), "single-p50-ms")
 	b.ReportMetric(ms(singleLat.pct(0.99)), "single-p99-ms")
 	b.ReportMetric(ms(replLat.pct(0.99)-singleLat.pct(0.99)), "p99-delta-ms")
-	b.ReportMetric(float64(len(aloneLat))/aloneTime.Seconds(), "alone-appends/s")
-	b.ReportMetric(ms(aloneLat.pct(0.5)), "alone-p50-ms")
-	b.ReportMetric(ms(aloneLat.pct(0.99)), "alone-p99-ms")
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
