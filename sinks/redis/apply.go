@@ -81,9 +81,6 @@ type plan struct {
 	strs    []string // marker values, boxed as *string (no allocation per argument)
 	mset    []any
 	read    []rowID // the rows whose markers the chunk read from Redis
-	// legacy holds the rows (redis.version.storage=field) whose version the chunk found in a
-	// marker key of a live row (written with storage key): the chunk deletes those keys
-	legacy map[rowID]bool
 
 	all   []goredis.Cmder // MULTI, the transaction, EXEC, WATCH, GET
 	cmds  []*goredis.Cmd  // the commands inside MULTI
@@ -230,19 +227,15 @@ func (s *Sink) fill(ctx context.Context, p *plan, prev *plan) error {
 							continue
 						}
 					}
-					if m.ok && m.fpState != fpDeleted {
-						// a live row's marker key (storage key before): the version moves
-						// into the hash at the row's next write
-						if p.legacy == nil {
-							p.legacy = map[rowID]bool{}
-						}
-						p.legacy[p.read[i]] = true
-					}
+					// a live row's marker key (written with storage key): the version moves
+					// into the hash at the row's next write, which deletes the key
+					legacy := m.ok && m.fpState != fpDeleted
 					// the hash's field is the newer one unless the row was deleted after
 					// (DEL removed the field): a delete's marker key
 					if fm.ok && (!m.ok || fm.ver >= m.ver) {
 						m = fm
 					}
+					m.legacy = legacy
 				}
 				if !m.ok {
 					continue // no marker
@@ -617,7 +610,7 @@ func (s *Sink) queueMarkers(ctx context.Context, p *plan, now int64) {
 		m := p.state[o.id]
 		if s.o.vfield != "" && m.fpState != fpDeleted {
 			// the row's HSET wrote its version into the hash
-			if p.legacy[o.id] {
+			if p.dec[i].before.legacy {
 				p.do(ctx, "del", &o.vkey)
 			}
 			continue
@@ -670,7 +663,6 @@ func (s *Sink) release(p *plan) {
 	clear(p.strs)
 	clear(p.mset)
 	*p = plan{dec: p.dec[:0], state: p.state, docs: p.docs, touched: p.touched[:0], strs: p.strs[:0], all: p.all[:0], cmds: p.cmds[:0], mset: p.mset[:0], read: p.read[:0]}
-	// legacy is nil unless a chunk met old marker keys: dropped
 	if len(s.spare) < 2 {
 		s.spare = append(s.spare, p)
 	}

@@ -575,3 +575,39 @@ func TestWaitReplicas(t *testing.T) {
 		t.Fatalf("retries = %d, want 1", st.Retries)
 	}
 }
+
+// TestStorageSwitch: a view written with redis.version.storage=key is switched to field in
+// place. The field sink finds the versions in the marker keys (older events injected out of
+// order change nothing), and each row it writes again moves its version into the hash and
+// deletes its marker key.
+func TestStorageSwitch(t *testing.T) {
+	addr, db := testDB(t)
+	c := client(t, addr, db)
+	w := sinktest.Generate(sinktest.Options{Seed: 7, Transactions: 800, Shape: sinktest.Envelope, Partial: true})
+	sink := func(store string) *Sink {
+		return newTestSink(t, addr, db, map[string]string{KeyVersionStore: store, KeyBatchSize: "41"}, nil)
+	}
+	check := func(when, store string) {
+		t.Helper()
+		if d := diffKeys(expected(t, w, TypeHash, ""), keyspace(t, c, TypeHash, "")); d != "" {
+			t.Fatalf("%s: keyspace differs from the model:\n%s", when, d)
+		}
+		checkVersions(t, c, TypeHash, store, "")
+	}
+	writeAll(t, sink(StoreKey), w.Records, 1, 300)
+	check("after the workload with marker keys", StoreKey)
+
+	s := sink(StoreField)
+	stale := make([]connect.Record, len(w.Stale))
+	for i, j := range w.Stale {
+		stale[i] = w.Records[j]
+	}
+	rand.New(rand.NewPCG(3, 3)).Shuffle(len(stale), func(i, j int) { stale[i], stale[j] = stale[j], stale[i] })
+	writeAll(t, s, stale, 2, 100)
+	check("after older events through the field sink", StoreKey)
+	if st := s.Stats(); st.Conflicts != int64(len(stale)) {
+		t.Fatalf("%d older events, %d conflicts", len(stale), st.Conflicts)
+	}
+	writeAll(t, s, w.Records, 3, 300) // each row's last change is written again
+	check("after a replay through the field sink", StoreField)
+}

@@ -37,6 +37,9 @@ type marker struct {
 	ok      bool // a marker is stored; false: none (a new row, or an expired marker)
 	// touched marks, in a chunk's plan, a marker the chunk changes (never cached)
 	touched bool
+	// legacy (redis.version.storage=field) marks a live row whose version is in a marker key
+	// (written with storage key): the row's next write deletes that key
+	legacy bool
 }
 
 // encode renders the marker as stored; stream reports a stream marker.
@@ -177,6 +180,7 @@ type cacheEntry struct {
 	exp      int64
 	fp       uint32
 	st       fpState
+	legacy   bool
 }
 
 func newVersionCache(max int) *versionCache {
@@ -217,7 +221,7 @@ func (c *versionCache) get(id rowID, now int64) (marker, bool) {
 		return marker{}, false
 	}
 	e := &b.e[i]
-	m := marker{ok: true, ver: e.ver, off: e.off, exp: e.exp, fp: e.fp, fpState: e.st}
+	m := marker{ok: true, ver: e.ver, off: e.off, exp: e.exp, fp: e.fp, fpState: e.st, legacy: e.legacy}
 	if m.expired(now) {
 		return marker{}, false
 	}
@@ -257,7 +261,7 @@ func (c *versionCache) put(id rowID, m marker) {
 	}
 	c.clock++
 	b.tag[i], b.stamp[i] = tagOf(id), c.clock
-	b.e[i] = cacheEntry{a: id.a, ver: m.ver, off: m.off, exp: m.exp, fp: m.fp, st: m.fpState}
+	b.e[i] = cacheEntry{a: id.a, ver: m.ver, off: m.off, exp: m.exp, fp: m.fp, st: m.fpState, legacy: m.legacy}
 }
 
 // grow doubles the table (up to max entries), keeping every entry it can place, the newer
