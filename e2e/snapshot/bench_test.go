@@ -35,7 +35,9 @@ import (
 // incremental snapshot without load for each of them in every round, to compare them in one
 // run (the run under load uses the first). SLUICE_BENCH_LOADED=0 leaves out the runs under
 // load. SLUICE_BENCH_PROFILE names a directory where each run of the sluice binary writes its
-// CPU profile (<kind>-<run>.pprof).
+// CPU profile (<kind>-<run>.pprof). SLUICE_BENCH_OTHER_BIN names another sluice binary (an
+// older build) whose incremental snapshot, with its own default chunk size, runs in every
+// round too: the two builds are compared against the same initial snapshots.
 func BenchmarkSnapshotRates(b *testing.B) {
 	rows := 1000000
 	if v, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROWS")); err == nil && v > 0 {
@@ -50,12 +52,13 @@ func BenchmarkSnapshotRates(b *testing.B) {
 		sizes = strings.Split(v, ",")
 	}
 	withLoad := os.Getenv("SLUICE_BENCH_LOADED") != "0"
+	other := os.Getenv("SLUICE_BENCH_OTHER_BIN")
 	for _, k := range benchKinds {
 		b.Run(k.name, func(b *testing.B) {
 			d := k.open(b)
 			d.createTable(b, "items", rows)
 			d.analyze(b, "items")
-			var initial, loaded []float64
+			var initial, loaded, others []float64
 			incr := make([][]float64, len(sizes))
 			var writes []int64
 			for range b.N {
@@ -63,6 +66,9 @@ func BenchmarkSnapshotRates(b *testing.B) {
 					initial = append(initial, initialRate(b, d, rows, r))
 					for i, size := range sizes {
 						incr[i] = append(incr[i], incrementalRate(b, d, rows, r, size, false, nil))
+					}
+					if other != "" {
+						others = append(others, incrementalRateWith(b, other, d, rows, r, "", false, nil))
 					}
 					if withLoad {
 						var w int64
@@ -83,6 +89,12 @@ func BenchmarkSnapshotRates(b *testing.B) {
 				b.ReportMetric(mn, unit+"_rows/s")
 				b.ReportMetric(mn/mi, "ratio_"+unit+"/initial")
 				b.Logf("%s: incremental (chunk size %q) %v rows/s; ratio of the medians %.2f, per round %v, median %.2f", k.name, size, rounded(incr[i]), mn/mi, ratios(incr[i], initial), median(ratios(incr[i], initial)))
+			}
+			if other != "" {
+				mo := median(others)
+				b.ReportMetric(mo, "other_incremental_rows/s")
+				b.ReportMetric(mo/mi, "ratio_other_incremental/initial")
+				b.Logf("%s: incremental of %s %v rows/s; ratio of the medians %.2f, per round %v, median %.2f", k.name, other, rounded(others), mo/mi, ratios(others, initial), median(ratios(others, initial)))
 			}
 			if withLoad {
 				ml := median(loaded)
@@ -235,14 +247,24 @@ func initialRate(b *testing.B, d benchDB, rows, round int) float64 {
 // incrementalRate runs a streaming connector and times an incremental snapshot of the table
 // in chunks of size rows ("": the default), with a writer running when load is set, until the committed position says it is done.
 func incrementalRate(b *testing.B, d benchDB, rows, round int, size string, load bool, writes *int64) float64 {
+	return incrementalRateWith(b, "", d, rows, round, size, load, writes)
+}
+
+// incrementalRateWith is incrementalRate with the sluice binary bin ("": the one built from
+// this tree).
+func incrementalRateWith(b *testing.B, bin string, d benchDB, rows, round int, size string, load bool, writes *int64) float64 {
 	cfg := d.config([]string{"items"}, map[string]string{"offset.flush.interval.ms": "0"})
 	if size != "" {
 		cfg["incremental.snapshot.chunk.size"] = size
 	}
 	run := fmt.Sprintf("incr%d_%t_%s", round, load, size)
+	if bin != "" {
+		run += "_other"
+	}
 	d.connector(cfg, run)
 	n := newNode(b, d.class(), cfg)
 	n.profile = benchProfile(d, run)
+	n.bin = bin
 	n.start()
 	var w *writer
 	if load {

@@ -147,6 +147,8 @@ type node struct {
 	done  chan struct{}
 	// profile, when set, is where sluice writes a CPU profile of its run (-cpuprofile)
 	profile string
+	// bin, when set, is the sluice binary to run instead of the one built from this tree
+	bin string
 }
 
 // newNode writes a pipeline with one source connector named "src" (class, config).
@@ -193,7 +195,11 @@ func (n *node) start() {
 	if n.profile != "" {
 		args = append(args, "-cpuprofile", n.profile)
 	}
-	n.cmd = exec.Command(sluiceBin(n.t), args...)
+	bin := n.bin
+	if bin == "" {
+		bin = sluiceBin(n.t)
+	}
+	n.cmd = exec.Command(bin, args...)
 	n.cmd.Stdout, n.cmd.Stderr = f, f
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := n.cmd.Start(); err != nil {

@@ -944,3 +944,30 @@ func TestIncrementalSnapshotParallelTables(t *testing.T) {
 		}
 	}
 }
+
+// TestIncrementalChunkSizeDefault: the MySQL source reads chunks of 16384 rows unless told
+// otherwise (the shared default, PostgreSQL's, is 4096), and a configured size wins.
+func TestIncrementalChunkSizeDefault(t *testing.T) {
+	for _, tc := range []struct {
+		raw  map[string]string
+		want int
+	}{
+		{map[string]string{}, 16384},
+		{map[string]string{snapshot.KeyChunkSize: "1024"}, 1024},
+	} {
+		raw := map[string]string{KeyHostname: "127.0.0.1", KeyUser: "u", KeyTopicPrefix: "test", KeyServerID: "5400"}
+		for k, v := range tc.raw {
+			raw[k] = v
+		}
+		cfg, errs := Plugin().ParseConfig(raw)
+		if len(errs) > 0 {
+			t.Fatalf("config: %v", errs)
+		}
+		if got := snapshot.SettingsFrom(cfg).ChunkSize; got != tc.want {
+			t.Fatalf("chunk size with %v: %d, want %d", tc.raw, got, tc.want)
+		}
+	}
+	if snapshot.DefaultChunkSize != 4096 {
+		t.Fatalf("shared default chunk size %d, want 4096", snapshot.DefaultChunkSize)
+	}
+}

@@ -54,20 +54,26 @@ type Settings struct {
 	NotifyTopic    string
 }
 
-// DefaultChunkSize is the rows per chunk when incremental.snapshot.chunk.size is not set.
-// Each chunk waits for the acknowledgement of the one before it (at most one chunk is read
-// again after a crash), so the log's pipeline drains once per chunk: at 16384 rows that pause
-// costs a few percent of the rate, at Debezium's 1024 most of it (BenchmarkSnapshotRates in
-// e2e/snapshot compares sizes). A source holds up to about three chunks in memory.
-const DefaultChunkSize = 16384
+// DefaultChunkSize is the rows per chunk when incremental.snapshot.chunk.size is not set and
+// the source has no default of its own (ConfigDefChunk). Each chunk waits for the
+// acknowledgement of the one before it (at most one chunk is read again after a crash), so
+// the log's pipeline drains once per chunk: larger chunks lose less of the rate to that pause
+// and hold more memory (a source holds up to about three chunks). BenchmarkSnapshotRates in
+// e2e/snapshot compares sizes.
+const DefaultChunkSize = 4096
 
 // ConfigDef returns the keys of incremental snapshots, for a source plugin's definition.
 // dataCollection names what a table is called in signals ("<schema>.<table>" or
 // "<database>.<table>").
 func ConfigDef(dataCollection string) connect.ConfigDef {
+	return ConfigDefChunk(dataCollection, DefaultChunkSize)
+}
+
+// ConfigDefChunk is ConfigDef with chunkSize as incremental.snapshot.chunk.size's default.
+func ConfigDefChunk(dataCollection string, chunkSize int) connect.ConfigDef {
 	const g = "Incremental snapshots"
 	return connect.ConfigDef{
-		{Name: KeyChunkSize, Type: connect.TypeInt, Default: fmt.Sprint(DefaultChunkSize), HasDefault: true, Check: connect.InRange(1, 1000000), Group: g,
+		{Name: KeyChunkSize, Type: connect.TypeInt, Default: fmt.Sprint(chunkSize), HasDefault: true, Check: connect.InRange(1, 1000000), Group: g,
 			Doc: "Rows per incremental snapshot chunk (a request may ask for another size). Each chunk is one key-ordered query, held in memory until it is emitted (up to about three chunks at a time: one read ahead, one emitted, one going to the log); lower it for tables of wide rows."},
 		{Name: KeyWatermark, Type: connect.TypeString, Default: WatermarkAuto, HasDefault: true, Enum: []string{WatermarkAuto, WatermarkMessage, WatermarkPosition}, Group: g,
 			Doc: "How a chunk finds its place in the change stream; neither writes to a table. message: a logical decoding message after each chunk (PostgreSQL; the default there). " +
