@@ -367,6 +367,23 @@ func testRejected(t *testing.T, store string) {
 	}
 	c.Del(ctx, "t:4")
 	c.Del(ctx, "t:2")
+	// a column named like the version field: rejected with field storage, a column with key
+	clash := connect.Record{Topic: "db.s.t", Key: connect.Row{{Name: "id", Value: int64(5)}}, Version: 9,
+		Value: connect.Row{{Name: "id", Value: int64(5)}, {Name: versionField, Value: "x"}}}
+	err = s.Write(ctx, []connect.Record{clash})
+	if store == StoreField {
+		if !errors.As(err, &we) || len(we.Failed) != 1 || we.Failed[0].Err.Error() != "column __sluice:test:version: the hash field __sluice:test:version holds the row's version (redis.version.storage=field); rename the column or set redis.meta.prefix" {
+			t.Fatalf("write of a column named like the version field: %v", err)
+		}
+	} else {
+		if err != nil {
+			t.Fatalf("write of a column named like the version field with key storage: %v", err)
+		}
+		if v, _ := c.HGet(ctx, "t:5", versionField).Result(); v != "x" {
+			t.Fatalf("column %s = %q, want x", versionField, v)
+		}
+		c.Del(ctx, "t:5")
+	}
 	got := keyspace(t, c, TypeHash, "")
 	if d := diffKeys(want, got); d != "" {
 		t.Fatal(d)
