@@ -532,29 +532,30 @@ func (s *Source) register(ctx context.Context, results []openResult) error {
 
 // startPrefetch reads the next chunks in the background when the engine knows them: their
 // queries run on the server while this chunk's records are built and appended. The stream
-// is not processed until finishPrefetch registered them.
-func (s *Source) startPrefetch(ctx context.Context) error {
+// is not processed until finishPrefetch registered them. It cannot fail: what it cannot start
+// (no model, no connection) the next Begin opens, and reports what is wrong. emitWindow calls
+// it after the engine counted the chunk done, so an error there would have dropped the chunk.
+func (s *Source) startPrefetch(ctx context.Context) {
 	tasks := s.incr.Prefetch()
 	if len(tasks) == 0 {
-		return nil
+		return
 	}
 	models := make([]*incrModel, len(tasks))
 	conns := make([]*pgx.Conn, len(tasks))
 	for i, task := range tasks {
 		m, err := s.model(ctx, task)
 		if err != nil {
-			return nil // the next Begin opens it, and reports what is wrong
+			return // the next Begin opens it, and reports what is wrong
 		}
 		c, err := s.incrConn(ctx, i)
 		if err != nil {
-			return err
+			return // as above
 		}
 		models[i], conns[i] = m, c
 	}
 	s.prefetch = snapshot.StartReadAhead(len(tasks), func(ctx context.Context, i int) openResult {
 		return s.openWindow(ctx, conns[i], models[i], tasks[i])
 	})
-	return nil
 }
 
 // finishPrefetch waits for the read started by startPrefetch and registers its windows. A
@@ -713,9 +714,7 @@ func (s *Source) emitWindow(ctx context.Context, w *snapshot.Window) (connect.Ba
 	recs = append(recs, notes...)
 	rd.rows = nil
 	if !w.Blocking() {
-		if err := s.startPrefetch(ctx); err != nil {
-			return connect.Batch{}, err
-		}
+		s.startPrefetch(ctx)
 	}
 	s.engineOrder = end
 	return connect.Batch{Records: recs, Position: connect.Position{Order: end, State: s.stateOf(s.cur)}}, nil
