@@ -340,6 +340,33 @@ func TestIncrementalSnapshotUnderWrites(t *testing.T) {
 					break
 				}
 			}
+			// a chunk's rows go out once each, in key order (MariaDB converts them in runs
+			// while the query streams: no run may be lost, repeated or handed out of order)
+			var mark string
+			prev := int64(-1)
+			for _, r := range l.recs {
+				if r.Topic != topic || r.Value == nil {
+					continue
+				}
+				ev := event(t, r)
+				if ev.Op != connect.OpRead {
+					continue
+				}
+				file, _ := ev.Source.Get("file")
+				pos, _ := ev.Source.Get("pos")
+				id, _ := ev.After.Get("id")
+				k, err := connect.AsInt64(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m := fmt.Sprint(file, pos); m != mark {
+					mark, prev = m, -1
+				}
+				if k <= prev {
+					t.Fatalf("chunk at %s: row %d after row %d (a chunk's rows go out once each, in key order)", mark, k, prev)
+				}
+				prev = k
+			}
 		})
 	}
 }
