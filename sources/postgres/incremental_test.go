@@ -224,6 +224,18 @@ func TestIncrementalSnapshotUnderWrites(t *testing.T) {
 			if ops["r"] == 0 {
 				t.Fatalf("no snapshot reads: %v", ops)
 			}
+			// a chunk row's version is the chunk's high watermark, which its source block names
+			for _, r := range recs {
+				if r.Topic != "srv.public.t" || r.Value == nil {
+					continue
+				}
+				if ev := eventOf(t, r); ev.Op == connect.OpRead {
+					lsn, _ := ev.Source.Get("lsn")
+					if high, err := connect.AsInt64(lsn); err != nil || r.Version != high {
+						t.Fatalf("chunk row with version %d, its source.lsn (the high watermark) %v", r.Version, lsn)
+					}
+				}
+			}
 			notes := 0
 			for _, r := range recs {
 				if r.Topic == "notes" {
