@@ -748,21 +748,22 @@ func estimate(c *client.Conn, m *incrModel, task *snapshot.Task) int64 {
 
 // startPrefetch reads the next chunks in the background when the engine knows them: their
 // queries run on the server while this chunk's records go to the log and are acknowledged.
-// The stream is not processed until finishPrefetch registered them.
-func (s *Source) startPrefetch(ctx context.Context) error {
+// The stream is not processed until finishPrefetch registered them. It cannot fail: it runs
+// after the engine counted the last chunk done, so what it cannot start the next Begin opens,
+// and reports what is wrong.
+func (s *Source) startPrefetch(ctx context.Context) {
 	in := s.incr
 	tasks := in.e.Prefetch()
 	if len(tasks) == 0 {
-		return nil
+		return
 	}
 	models, conns, gone, err := s.prepareTasks(ctx, tasks)
 	if err != nil || gone {
-		return nil // the next Begin opens them, and reports what is wrong
+		return
 	}
 	in.pf = snapshot.StartReadAhead(len(tasks), func(ctx context.Context, i int) openResult {
 		return s.openWindow(ctx, conns[i], models[i], tasks[i])
 	})
-	return nil
 }
 
 // finishPrefetch waits for the read started by startPrefetch and registers its windows.
@@ -911,9 +912,7 @@ func (s *Source) emitWindow(ctx context.Context, w *snapshot.Window, base []byte
 	recs = append(recs, notes...)
 	rd.recs, rd.keys, rd.ends = nil, nil, nil
 	if !w.Blocking() {
-		if err := s.startPrefetch(ctx); err != nil {
-			return connect.Batch{}, err
-		}
+		s.startPrefetch(ctx)
 	}
 	in.engineOrder = end
 	state := s.strm.position().State // a transaction boundary
