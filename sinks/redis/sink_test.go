@@ -628,3 +628,39 @@ func TestStorageSwitch(t *testing.T) {
 	writeAll(t, s, w.Records, 3, 300) // each row's last change is written again
 	check("after a replay through the field sink", StoreField)
 }
+
+// A partial update of a row that was deleted writes the row live again: no version marker of
+// the row may still say "deleted" (a version ending in '-') without expiring, in the row's
+// marker key or its version field, and a later full write replaces the row.
+func TestPartialUpdateAfterDelete(t *testing.T) {
+	key := connect.Row{{Name: "id", Value: int64(1)}}
+	for _, store := range []string{StoreField, StoreKey} {
+		t.Run(store, func(t *testing.T) {
+			addr, db := testDB(t)
+			c := client(t, addr, db)
+			ctx := testCtx(t)
+			s := newTestSink(t, addr, db, map[string]string{KeyVersionStore: store}, nil)
+			partial := connect.Record{Topic: "db.s.t", Key: key, Version: 5,
+				Value: connect.Row{{Name: "id", Value: int64(1)}, {Name: "a", Value: int64(2)}}}
+			partial.Headers = partial.Headers.Set(connect.HeaderUnchanged, []byte("bio"))
+			mustWrite(t, s,
+				connect.Record{Topic: "db.s.t", Key: key, Version: 1, Value: connect.Row{{Name: "id", Value: int64(1)}, {Name: "a", Value: int64(1)}, {Name: "bio", Value: "text"}}},
+				connect.Record{Topic: "db.s.t", Key: key, Version: 3})
+			mustWrite(t, s, partial)
+			marker := meta + "v:0:t:1"
+			if v, err := c.Get(ctx, marker).Result(); err == nil && strings.HasSuffix(v, "-") {
+				if ttl, _ := c.TTL(ctx, marker).Result(); ttl < 0 {
+					t.Fatalf("after a partial update of a deleted row its marker %q says deleted and never expires", v)
+				}
+			}
+			if v, err := c.HGet(ctx, "t:1", versionField).Result(); err == nil && strings.HasSuffix(v, "-") {
+				t.Fatalf("after a partial update of a deleted row its version field says deleted: %q", v)
+			}
+			mustWrite(t, s, connect.Record{Topic: "db.s.t", Key: key, Version: 7, Value: connect.Row{{Name: "id", Value: int64(1)}, {Name: "a", Value: int64(7)}}})
+			want := map[string]any{"t:1": hashFields(t, connect.Row{{Name: "id", Value: int64(1)}, {Name: "a", Value: int64(7)}})}
+			if d := diffKeys(want, keyspace(t, c, TypeHash, "")); d != "" {
+				t.Fatal(d)
+			}
+		})
+	}
+}
