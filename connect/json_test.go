@@ -53,6 +53,9 @@ func TestParseJSON(t *testing.T) {
 	}{
 		{` {"b":1,"a":[true,null,"x"],"c":{}} `, Row{{"b", int64(1)}, {"a", []any{true, nil, "x"}}, {"c", Row{}}}},
 		{`{"a":1,"a":2,"b":3}`, Row{{"a", int64(2)}, {"b", int64(3)}}},
+		{"\"a\xffb\"", "a\uFFFDb"},                    // invalid UTF-8 becomes U+FFFD
+		{"{\"k\xff\":1}", Row{{"k\uFFFD", int64(1)}}}, // in a key too
+		{"\"\u00e9t\u00e9\"", "\u00e9t\u00e9"},        // valid UTF-8 stays as it is
 		{`9223372036854775807`, int64(math.MaxInt64)},
 		{`9223372036854775808`, uint64(1 << 63)},
 		{`-9223372036854775809`, float64(-9223372036854775809)},

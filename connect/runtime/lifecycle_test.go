@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,16 +75,24 @@ func TestPauseResumeStopRestart(t *testing.T) {
 	}
 }
 
-// ackSource records what the runtime acknowledges.
+// ackSource records what the runtime acknowledges, and the position of the last batch Read
+// returned without an error.
 type ackSource struct {
 	inner connect.Source
 	acks  chan connect.Position
+	read  atomic.Pointer[connect.Position]
 }
 
 func (s *ackSource) Open(ctx context.Context, after connect.Position) error {
 	return s.inner.Open(ctx, after)
 }
-func (s *ackSource) Read(ctx context.Context) (connect.Batch, error) { return s.inner.Read(ctx) }
+func (s *ackSource) Read(ctx context.Context) (connect.Batch, error) {
+	b, err := s.inner.Read(ctx)
+	if err == nil && !b.Position.IsZero() {
+		s.read.Store(&b.Position)
+	}
+	return b, err
+}
 func (s *ackSource) Ack(ctx context.Context, upTo connect.Position) error {
 	select {
 	case s.acks <- upTo:
@@ -93,17 +102,19 @@ func (s *ackSource) Ack(ctx context.Context, upTo connect.Position) error {
 }
 func (s *ackSource) Close(ctx context.Context) error { return s.inner.Close(ctx) }
 
-// A graceful stop appends the batch in flight, commits its position and acknowledges it, so
-// the next start resumes exactly there.
+// A graceful stop appends the batches in flight (every batch Read returned), commits the
+// position of the last one and acknowledges it, so the next start resumes exactly there.
 func TestGracefulStopCommitsAndAcks(t *testing.T) {
 	log := runtimetest.NewLog()
 	var last connect.Position
 	acks := make(chan connect.Position, 1<<16)
+	var src *ackSource
 	p := datagen.Plugin()
 	inner := p.NewSource
 	p.Name, p.NewSource = "acked", func(cfg connect.Config, env connect.Env) (connect.Source, error) {
-		src, err := inner(cfg, env)
-		return &ackSource{inner: src, acks: acks}, err
+		in, err := inner(cfg, env)
+		src = &ackSource{inner: in, acks: acks}
+		return src, err
 	}
 	h := newHarness(t, log, newRegistry(t, p), nil)
 	h.add("gen", "acked", datagenConfig(0, 50, 10, "datagen.rate", "5000"))
@@ -119,6 +130,9 @@ func TestGracefulStopCommitsAndAcks(t *testing.T) {
 	}
 	if pos.Compare(last) != 0 || string(pos.State) != string(last.State) {
 		t.Fatalf("committed %s, last ack %s: want equal", pos, last)
+	}
+	if read := src.read.Load(); read == nil || pos.Compare(*read) != 0 || string(pos.State) != string(read.State) {
+		t.Fatalf("committed %s, last batch read %v: a batch read before the stop was not appended", pos, read)
 	}
 	// Everything appended is covered by the committed position.
 	s := settings(t, datagenConfig(0, 50, 10))
