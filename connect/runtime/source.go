@@ -25,11 +25,12 @@ import (
 //	           __sluice_source_offsets (key: connector), at most every
 //	           offset.flush.interval.ms, then Ack it
 //
-// The four run as goroutines linked by bounded channels, so at most three batches as the
-// source returned them and three encoded ones are in memory. On start the task opens the source after the committed position. A record the
-// source replays is dropped when its Order is not above the Order stored with this
-// connector's last append to the record's partition (the log's producer state), so a crash
-// anywhere, even between the appends of one batch, leaves every record in the log once.
+// The four run as goroutines linked by bounded channels, so at most two batches as the source
+// returned them (one being routed, one waiting to be) and three encoded ones are in memory. On
+// start the task opens the source after the committed position. A record the source replays
+// is dropped when its Order is not above the Order stored with this connector's last append to
+// the record's partition (the log's producer state), so a crash anywhere, even between the
+// appends of one batch, leaves every record in the log once.
 
 // sourceBatch is one source batch routed into per-partition appends. Batches are recycled.
 type sourceBatch struct {
@@ -157,7 +158,7 @@ func (t *sourceTask) run(ctx, force context.Context, committed connect.Position)
 	for range depth {
 		free <- &sourceBatch{index: map[TopicPartition]*partBatch{}}
 	}
-	toRoute := make(chan connect.Batch, 1)
+	toRoute := make(chan connect.Batch) // unbuffered: the reader holds the next batch until it is taken
 	toAppend := make(chan *sourceBatch, 1)
 	slot := newPositionSlot(committed)
 
