@@ -344,28 +344,14 @@ func TestIncrementalSnapshotUnderWrites(t *testing.T) {
 			// while the query streams: no run may be lost, repeated or handed out of order)
 			var mark string
 			prev := int64(-1)
-			for _, r := range l.recs {
-				if r.Topic != topic || r.Value == nil {
-					continue
+			for _, rd := range snapshotReads(t, l.recs, topic) {
+				if rd.chunk != mark {
+					mark, prev = rd.chunk, -1
 				}
-				ev := event(t, r)
-				if ev.Op != connect.OpRead {
-					continue
+				if rd.id <= prev {
+					t.Fatalf("chunk at %s: row %d after row %d (a chunk's rows go out once each, in key order)", mark, rd.id, prev)
 				}
-				file, _ := ev.Source.Get("file")
-				pos, _ := ev.Source.Get("pos")
-				id, _ := ev.After.Get("id")
-				k, err := connect.AsInt64(id)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if m := fmt.Sprint(file, pos); m != mark {
-					mark, prev = m, -1
-				}
-				if k <= prev {
-					t.Fatalf("chunk at %s: row %d after row %d (a chunk's rows go out once each, in key order)", mark, k, prev)
-				}
-				prev = k
+				prev = rd.id
 			}
 		})
 	}
@@ -409,10 +395,35 @@ func rereadRows(t testing.TB, recs []connect.Record, topic string, starts []int)
 	run := 0
 	seen := map[int64]bool{}
 	var cur string
-	for i, r := range recs {
-		for run < len(starts) && i >= starts[run] {
+	for _, rd := range snapshotReads(t, recs, topic) {
+		for run < len(starts) && rd.at >= starts[run] {
 			run++
 		}
+		if rd.chunk != cur {
+			cur = rd.chunk
+			chunks++
+		}
+		if seen[rd.id] {
+			reread[run]++
+		}
+		seen[rd.id] = true
+	}
+	return chunks, reread
+}
+
+// snapshotRead is a snapshot read (op r) of a topic: its index in the log, its chunk (the
+// binlog position of its watermark) and its row's id.
+type snapshotRead struct {
+	at    int
+	chunk string
+	id    int64
+}
+
+// snapshotReads returns the snapshot reads of a topic in log order.
+func snapshotReads(t testing.TB, recs []connect.Record, topic string) []snapshotRead {
+	t.Helper()
+	var out []snapshotRead
+	for i, r := range recs {
 		if r.Topic != topic || r.Value == nil {
 			continue
 		}
@@ -427,16 +438,9 @@ func rereadRows(t testing.TB, recs []connect.Record, topic string, starts []int)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if w := fmt.Sprint(file, pos); w != cur {
-			cur = w
-			chunks++
-		}
-		if seen[k] {
-			reread[run]++
-		}
-		seen[k] = true
+		out = append(out, snapshotRead{at: i, chunk: fmt.Sprint(file, pos), id: k})
 	}
-	return chunks, reread
+	return out
 }
 
 // TestIncrementalSnapshotResumesAfterKills closes the source without acknowledging its last
