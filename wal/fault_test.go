@@ -244,3 +244,57 @@ func TestGroupCommitSharesFsyncs(t *testing.T) {
 	}
 	t.Logf("%d fsyncs for %d appends", syncs, appenders*each)
 }
+
+// AppendOptions.Written is called once the batch is placed, before it is durable: an append
+// whose fsync fails has called it, and an append started from it lands after the batch.
+func TestAppendWrittenBeforeDurable(t *testing.T) {
+	fs := vfs.NewMem()
+	l := mustOpen(t, "/d", memOpts(fs, newClock()))
+	defer l.Close()
+	if err := l.CreateTopic("t", DefaultTopicConfig()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id, epoch, err := l.InitProducer(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next append starts from Written, on another goroutine, while the first waits for
+	// its fsync; it must land right after the first.
+	second := make(chan AppendResult, 1)
+	errs := make(chan error, 1)
+	first, err := l.Append(ctx, "t", 0, []Record{kv("a", "1"), kv("a", "2")}, AppendOptions{
+		ProducerID: id, ProducerEpoch: epoch, BaseSequence: 0,
+		Written: func() {
+			go func() {
+				res, err := l.Append(ctx, "t", 0, []Record{kv("a", "3")}, AppendOptions{ProducerID: id, ProducerEpoch: epoch, BaseSequence: 2})
+				errs <- err
+				second <- res
+			}()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatalf("append started from Written: %v", err)
+	}
+	if r := <-second; r.BaseOffset != first.LastOffset+1 {
+		t.Fatalf("append started from Written at offset %d, want %d (right after the first)", r.BaseOffset, first.LastOffset+1)
+	}
+	// A failing fsync: Written was called (the batch was placed) and the append fails.
+	fs.SetSyncError(func(name string) error {
+		if strings.HasSuffix(name, ".log") {
+			return syscall.EIO
+		}
+		return nil
+	})
+	called := false
+	_, err = l.Append(ctx, "t", 0, []Record{kv("a", "4")}, AppendOptions{Written: func() { called = true }})
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("append with failing fsync: got %v, want EIO", err)
+	}
+	if !called {
+		t.Fatal("Written was not called for a batch that was written before its fsync failed")
+	}
+}

@@ -586,6 +586,9 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 				// The original may still be in flight: wait until all
 				// that was written is durable.
 				res := AppendResult{BaseOffset: dup.firstOffset, LastOffset: dup.lastOffset, Duplicate: true, LogAppendTime: msTime(dup.timestamp)}
+				if opts.Written != nil {
+					opts.Written()
+				}
 				return res, p.waitDurable(ctx, p.written) // unlocks
 			}
 		}
@@ -626,6 +629,9 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 		entry.observe(&h)
 	}
 	res := AppendResult{BaseOffset: h.baseOffset, LastOffset: h.lastOffset(), LogAppendTime: nowT}
+	if opts.Written != nil {
+		opts.Written()
+	}
 	if p.l.opts.Fsync == UnsafeFsyncNever {
 		p.durable = p.written
 		p.advanceHW(p.next, act.base, act.size)

@@ -44,6 +44,15 @@ type AppendOptions struct {
 	// SourcePosition is opaque bytes stored in the same batch as the
 	// records, read back by ProducerState. nil stores no position.
 	SourcePosition []byte
+	// Written, if set, is called once the batch has its place in the
+	// partition (it is written, or it is a duplicate of a written batch)
+	// and before the append waits for it to be durable: an append started
+	// after Written returned lands after this batch. It is called with the
+	// partition locked, so it must only signal (close a channel, say). It
+	// is not called when the append fails before writing, nor by logs that
+	// do not support it (a replicated Log's Append): the caller then learns
+	// the order only when Append returns.
+	Written func()
 }
 
 // AppendResult says where an append landed.

@@ -36,7 +36,7 @@ func commitPosition(ctx context.Context, tps *topics, prod *producer, connector 
 		return fmt.Errorf("encode position: %w", err)
 	}
 	rec := []LogRecord{{Key: []byte(connector), Value: enc}}
-	if _, err := prod.append(ctx, tp, rec, enc); err != nil {
+	if _, err := prod.append(ctx, tp, rec, enc, nil); err != nil {
 		return fmt.Errorf("commit source position: %w", err)
 	}
 	return nil

@@ -13,7 +13,8 @@ import (
 
 // producer appends for one task instance as an idempotent producer: one producer id per
 // connector, a new epoch per task start (fencing a zombie instance), sequences per partition.
-// Appends to one partition are serialized; appends to different partitions may run
+// Appends to one partition must be made in order: the next one starts after the previous
+// one's Written callback or return (see append); appends to different partitions may run
 // concurrently.
 type producer struct {
 	log   Log
@@ -25,6 +26,7 @@ type producer struct {
 }
 
 type partSeq struct {
+	order  sync.Mutex // held by an append until the log placed its batch
 	mu     sync.Mutex
 	next   int32
 	broken bool // an append failed: what the log holds is unknown until a new epoch
@@ -58,8 +60,11 @@ func newGenProducer(ctx context.Context, log Log, connector string, generation i
 }
 
 // append stores recs in one atomic append carrying sourcePos. After a failed append the
-// partition refuses further appends: the task must restart with a new epoch.
-func (p *producer) append(ctx context.Context, tp TopicPartition, recs []LogRecord, sourcePos []byte) (AppendResult, error) {
+// partition refuses further appends: the task must restart with a new epoch. written, if not
+// nil, is passed to the log as AppendOptions.Written: an append to the same partition may
+// start once it was called (the log then places it after this one); otherwise only once this
+// one returned.
+func (p *producer) append(ctx context.Context, tp TopicPartition, recs []LogRecord, sourcePos []byte, written func()) (AppendResult, error) {
 	p.mu.Lock()
 	ps := p.parts[tp]
 	if ps == nil {
@@ -67,23 +72,41 @@ func (p *producer) append(ctx context.Context, tp TopicPartition, recs []LogReco
 		p.parts[tp] = ps
 	}
 	p.mu.Unlock()
-
+	// order is held until the log placed this batch, so that appends to the partition reach
+	// the log in the order of their sequences.
+	ps.order.Lock()
+	var once sync.Once
+	placed := func() { once.Do(ps.order.Unlock) }
+	defer placed()
 	ps.mu.Lock()
-	defer ps.mu.Unlock()
 	if ps.broken {
+		ps.mu.Unlock()
 		return AppendResult{}, fmt.Errorf("append to %s-%d: an earlier append failed; the task must restart", tp.Topic, tp.Partition)
 	}
+	seq := ps.next
+	ps.next += int32(len(recs))
+	ps.mu.Unlock()
 	res, err := p.log.Append(ctx, tp.Topic, tp.Partition, recs, AppendOptions{
-		ProducerID: p.id, ProducerEpoch: p.epoch, BaseSequence: ps.next, SourcePosition: sourcePos,
+		ProducerID: p.id, ProducerEpoch: p.epoch, BaseSequence: seq, SourcePosition: sourcePos,
+		Written: func() {
+			placed()
+			if written != nil {
+				written()
+			}
+		},
 	})
 	if err != nil {
+		// Marked before order is released: an append waiting for it fails too. One that
+		// started after this batch was placed fails in the log (the partition failed) or with
+		// a sequence gap.
+		ps.mu.Lock()
 		ps.broken = true
+		ps.mu.Unlock()
 		if errors.Is(err, wal.ErrProducerFenced) {
 			return res, connect.Permanentf("append to %s-%d: another instance of this connector took over (producer epoch %d fenced): %w", tp.Topic, tp.Partition, p.epoch, err)
 		}
 		return res, fmt.Errorf("append to %s-%d: %w", tp.Topic, tp.Partition, err)
 	}
-	ps.next += int32(len(recs))
 	return res, nil
 }
 

@@ -153,7 +153,7 @@ func (t *sourceTask) run(ctx, force context.Context, committed connect.Position)
 	stopRead := context.AfterFunc(ctx, cancelRead)
 	defer stopRead()
 
-	const depth = 3
+	const depth = 4 // one being encoded, one queued, two being appended
 	free := make(chan *sourceBatch, depth)
 	for range depth {
 		free <- &sourceBatch{index: map[TopicPartition]*partBatch{}}
@@ -372,50 +372,101 @@ func (t *sourceTask) reject(b *sourceBatch, r *connect.Record, stage, class stri
 	return nil
 }
 
-// appendLoop appends each batch's partitions concurrently, batches in order, then hands the
-// batch's end position to the committer.
+// appendLoop appends the batches in order and hands each batch's end position to the
+// committer once the batch, and every batch before it, is durable. A batch bound for one
+// partition is handed to the log, and as soon as the log has placed it (written, not yet
+// fsynced: AppendOptions.Written) the next batch follows, so that the wait for one batch's
+// fsync overlaps with writing the next and group commit covers both. A batch bound for several
+// partitions appends them concurrently and waits for all. At most two batches are in flight.
 func (t *sourceTask) appendLoop(ctx context.Context, free chan<- *sourceBatch, in <-chan *sourceBatch, slot *positionSlot) error {
-	var wg sync.WaitGroup
-	errs := make([]error, 0, 8)
-	for b := range in {
-		switch len(b.parts) {
-		case 0:
-		case 1:
-			p := b.parts[0]
-			if _, err := t.prod.append(ctx, p.tp, p.recs, p.spos); err != nil {
+	type inflight struct {
+		b    *sourceBatch
+		done chan error // the append's outcome, once it is durable or failed
+	}
+	pending := make(chan inflight, 1) // the batch awaiting durability while the next is appended
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(pending)
+		for {
+			var b *sourceBatch
+			select {
+			case b = <-in:
+			case <-gctx.Done(): // the completer failed: the router may be stuck waiting for a free batch
+				return nil
+			}
+			if b == nil {
+				return nil // in is closed: the router is done
+			}
+			f := inflight{b: b, done: make(chan error, 1)}
+			if len(b.parts) == 1 {
+				p := b.parts[0]
+				placed := make(chan struct{})
+				var once sync.Once
+				mark := func() { once.Do(func() { close(placed) }) }
+				go func() {
+					_, err := t.prod.append(gctx, p.tp, p.recs, p.spos, mark)
+					mark() // a log that does not report placement: the append is done
+					f.done <- err
+				}()
+				<-placed // the append returns promptly once gctx is done, so this cannot hang
+			} else {
+				f.done <- t.appendParts(gctx, b.parts)
+			}
+			select {
+			case pending <- f:
+			case <-gctx.Done():
+				return nil // the completer returns the error that cancelled gctx
+			}
+		}
+	})
+	g.Go(func() error {
+		for f := range pending {
+			if err := <-f.done; err != nil {
 				return err
 			}
-		default:
-			errs = errs[:0]
-			var mu sync.Mutex
-			for _, p := range b.parts {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if _, err := t.prod.append(ctx, p.tp, p.recs, p.spos); err != nil {
-						mu.Lock()
-						errs = append(errs, err)
-						mu.Unlock()
-					}
-				}()
+			b := f.b
+			t.c.records.Add(int64(b.records))
+			pos := b.pos
+			free <- b
+			if !pos.IsZero() {
+				slot.offer(pos, t.prompt != nil && t.prompt.CommitNow())
+				t.c.setAppended(pos)
+			} else if b.records > 0 {
+				t.c.progress.Add(1)
 			}
-			wg.Wait()
-			if len(errs) > 0 {
-				return errors.Join(errs...)
-			}
+			t.c.rt.progress.signal()
 		}
-		t.c.records.Add(int64(b.records))
-		pos := b.pos
-		free <- b
-		if !pos.IsZero() {
-			slot.offer(pos, t.prompt != nil && t.prompt.CommitNow())
-			t.c.setAppended(pos)
-		} else if b.records > 0 {
-			t.c.progress.Add(1)
-		}
-		t.c.rt.progress.signal()
+		return nil
+	})
+	return g.Wait()
+}
+
+// appendParts appends a batch's partitions concurrently and waits for all.
+func (t *sourceTask) appendParts(ctx context.Context, parts []*partBatch) error {
+	switch len(parts) {
+	case 0:
+		return nil
+	case 1:
+		p := parts[0]
+		_, err := t.prod.append(ctx, p.tp, p.recs, p.spos, nil)
+		return err
 	}
-	return nil
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := t.prod.append(ctx, p.tp, p.recs, p.spos, nil); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // commitLoop stores the newest appended batch position and acknowledges it to the source,
@@ -464,10 +515,15 @@ func newPositionSlot(committed connect.Position) *positionSlot {
 func (s *positionSlot) offer(pos connect.Position, urgent bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	wake := !s.pending || urgent && !s.urgent
 	s.pos, s.pending = pos, true
 	s.urgent = s.urgent || urgent
-	close(s.changed)
-	s.changed = make(chan struct{})
+	if wake {
+		// A taker that saw a pending position already waits for its due time; waking it for
+		// every newer position (every appended batch) only costs the appender a reschedule.
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
 }
 
 func (s *positionSlot) close() {

@@ -28,7 +28,7 @@ func (s *store) Append(ctx context.Context, key, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}
-	_, err := s.prod.append(ctx, TopicPartition{Topic: s.topic}, []LogRecord{{Key: key, Value: value}}, nil)
+	_, err := s.prod.append(ctx, TopicPartition{Topic: s.topic}, []LogRecord{{Key: key, Value: value}}, nil, nil)
 	return err
 }
 

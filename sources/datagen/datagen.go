@@ -231,7 +231,8 @@ func Order(n int64, sub byte) []byte {
 // Records returns the records of event n: the change event, and for a delete the tombstone
 // when Tombstones is set. They carry their Positions (Order only) and Version n+1.
 func (s Settings) Records(n int64) []connect.Record {
-	return newGen(s).appendRecords(nil, n)
+	var b batchMem
+	return newGen(s).appendRecords(nil, &b, n)
 }
 
 // Op values and envelope fields, boxed once.
@@ -239,95 +240,117 @@ var (
 	opAny = map[connect.Op]any{connect.OpCreate: "c", connect.OpUpdate: "u", connect.OpDelete: "d"}
 )
 
-func (g *gen) appendRecords(dst []connect.Record, n int64) []connect.Record {
+// batchMem is where one batch's records are built: values, rows and strings from a Slab,
+// Orders cut from one byte chunk, so that a batch costs a few allocations, not a dozen per
+// event. A new one per batch (see connect.Slab).
+type batchMem struct {
+	slab   connect.Slab
+	orders []byte
+	email  []byte // scratch
+}
+
+// order returns the Order of event n's record (sub 0) or of its tombstone (sub 1).
+func (b *batchMem) order(n int64, sub byte) []byte {
+	if cap(b.orders)-len(b.orders) < 9 {
+		b.orders = make([]byte, 0, 9*max(b.slab.N/8, 16))
+	}
+	start := len(b.orders)
+	b.orders = binary.BigEndian.AppendUint64(b.orders, uint64(n))
+	b.orders = append(b.orders, sub)
+	return b.orders[start : start+9 : start+9]
+}
+
+func (g *gen) appendRecords(dst []connect.Record, b *batchMem, n int64) []connect.Record {
 	s := g.s
+	sl := &b.slab
 	t, id := g.key(n)
-	idv := any(id)
+	idv := sl.Int(id)
 	kind := g.kinds[t]
 	j := n / s.Keys
 	op := s.Op(n)
 	ts := int64(baseMs) + n
-	tsv := any(ts)
-	key := connect.Row{{Name: "id", Value: idv}}
+	tsv := sl.Int(ts)
+	key := sl.Fields(1)
+	key[0] = connect.Field{Name: "id", Value: idv}
 	var before, after any
 	if op != connect.OpCreate {
-		before = g.row(kind, id, idv, j-1)
+		before = sl.Row(g.row(b, kind, id, idv, j-1))
 	}
 	if op != connect.OpDelete {
-		after = g.row(kind, id, idv, j)
+		after = sl.Row(g.row(b, kind, id, idv, j))
 	}
-	source := connect.Row{
-		{Name: "version", Value: Version},
-		{Name: "connector", Value: "datagen"},
-		{Name: "name", Value: g.prefix},
-		{Name: "ts_ms", Value: tsv},
-		{Name: "snapshot", Value: "false"},
-		{Name: "db", Value: g.db},
-		{Name: "table", Value: g.tables[t]},
-		{Name: "seq", Value: n},
-	}
+	source := sl.Fields(8)
+	source[0] = connect.Field{Name: "version", Value: Version}
+	source[1] = connect.Field{Name: "connector", Value: "datagen"}
+	source[2] = connect.Field{Name: "name", Value: g.prefix}
+	source[3] = connect.Field{Name: "ts_ms", Value: tsv}
+	source[4] = connect.Field{Name: "snapshot", Value: "false"}
+	source[5] = connect.Field{Name: "db", Value: g.db}
+	source[6] = connect.Field{Name: "table", Value: g.tables[t]}
+	source[7] = connect.Field{Name: "seq", Value: sl.Int(n)}
 	// The envelope, as connect.ChangeEvent.Row builds it.
-	value := connect.Row{
-		{Name: connect.FieldBefore, Value: before},
-		{Name: connect.FieldAfter, Value: after},
-		{Name: connect.FieldSource, Value: source},
-		{Name: connect.FieldOp, Value: opAny[op]},
-		{Name: connect.FieldTsMs, Value: tsv},
-	}
+	value := sl.Fields(5)
+	value[0] = connect.Field{Name: connect.FieldBefore, Value: before}
+	value[1] = connect.Field{Name: connect.FieldAfter, Value: after}
+	value[2] = connect.Field{Name: connect.FieldSource, Value: sl.Row(source)}
+	value[3] = connect.Field{Name: connect.FieldOp, Value: opAny[op]}
+	value[4] = connect.Field{Name: connect.FieldTsMs, Value: tsv}
 	topic := g.topics[t]
 	at := time.UnixMilli(ts).UTC()
+	keyv, valuev := sl.Row(key), sl.Row(value)
 	dst = append(dst, connect.Record{
 		Topic: topic, Partition: -1, Offset: -1, Timestamp: at,
-		Key: key, Value: value, Version: n + 1,
-		Position: connect.Position{Order: Order(n, 0)},
+		Key: keyv, Value: valuev, Version: n + 1,
+		Position: connect.Position{Order: b.order(n, 0)},
 	})
 	if op == connect.OpDelete && s.Tombstones {
 		dst = append(dst, connect.Record{
 			Topic: topic, Partition: -1, Offset: -1, Timestamp: at,
-			Key: key, Version: n + 1,
-			Position: connect.Position{Order: Order(n, 1)},
+			Key: keyv, Version: n + 1,
+			Position: connect.Position{Order: b.order(n, 1)},
 		})
 	}
 	return dst
 }
 
 // row returns the image of row id (boxed: idv) of table Tables[kind] after its j-th change.
-func (g *gen) row(kind int, id int64, idv any, j int64) connect.Row {
+func (g *gen) row(b *batchMem, kind int, id int64, idv any, j int64) connect.Row {
+	sl := &b.slab
 	h := mix(uint64(g.s.Seed)*0x9E3779B97F4A7C15 ^ uint64(id)*0xBF58476D1CE4E5B9 ^ uint64(j)*0x94D049BB133111EB ^ uint64(kind))
 	switch Tables[kind] {
 	case "customers":
 		f := h % uint64(len(firstNames))
 		l := (h >> 8) % uint64(len(lastNames))
-		var email []byte
-		email = append(email, lowerFirst[f]...)
+		email := append(b.email[:0], lowerFirst[f]...)
 		email = append(email, '.')
 		email = append(email, lowerLast[l]...)
 		email = strconv.AppendInt(email, id, 10)
 		email = append(email, "@example.com"...)
-		return connect.Row{
-			{Name: "id", Value: idv},
-			{Name: "first_name", Value: firstAny[f]},
-			{Name: "last_name", Value: lastAny[l]},
-			{Name: "email", Value: string(email)},
-			{Name: "revision", Value: j},
-		}
+		b.email = email
+		r := sl.Fields(5)
+		r[0] = connect.Field{Name: "id", Value: idv}
+		r[1] = connect.Field{Name: "first_name", Value: firstAny[f]}
+		r[2] = connect.Field{Name: "last_name", Value: lastAny[l]}
+		r[3] = connect.Field{Name: "email", Value: sl.String(sl.Text(email))}
+		r[4] = connect.Field{Name: "revision", Value: sl.Int(j)}
+		return r
 	case "orders":
-		return connect.Row{
-			{Name: "id", Value: idv},
-			{Name: "customer_id", Value: int64(h%1000) + 1},
-			{Name: "quantity", Value: int64((h>>10)%20) + 1},
-			{Name: "price", Value: strconv.FormatInt(int64((h>>20)%100000), 10) + "." + fmt.Sprintf("%02d", (h>>40)%100)},
-			{Name: "status", Value: statuses[(h>>48)%uint64(len(statuses))]},
-			{Name: "revision", Value: j},
-		}
+		r := sl.Fields(6)
+		r[0] = connect.Field{Name: "id", Value: idv}
+		r[1] = connect.Field{Name: "customer_id", Value: sl.Int(int64(h%1000) + 1)}
+		r[2] = connect.Field{Name: "quantity", Value: sl.Int(int64((h>>10)%20) + 1)}
+		r[3] = connect.Field{Name: "price", Value: sl.String(strconv.FormatInt(int64((h>>20)%100000), 10) + "." + fmt.Sprintf("%02d", (h>>40)%100))}
+		r[4] = connect.Field{Name: "status", Value: statuses[(h>>48)%uint64(len(statuses))]}
+		r[5] = connect.Field{Name: "revision", Value: sl.Int(j)}
+		return r
 	default:
-		return connect.Row{
-			{Name: "id", Value: idv},
-			{Name: "name", Value: adjectives[h%uint64(len(adjectives))] + " " + nouns[(h>>8)%uint64(len(nouns))]},
-			{Name: "weight", Value: float64((h>>16)%10000) / 100},
-			{Name: "in_stock", Value: (h>>32)&1 == 1},
-			{Name: "revision", Value: j},
-		}
+		r := sl.Fields(5)
+		r[0] = connect.Field{Name: "id", Value: idv}
+		r[1] = connect.Field{Name: "name", Value: sl.String(adjectives[h%uint64(len(adjectives))] + " " + nouns[(h>>8)%uint64(len(nouns))])}
+		r[2] = connect.Field{Name: "weight", Value: sl.Float(float64((h>>16)%10000) / 100)}
+		r[3] = connect.Field{Name: "in_stock", Value: (h>>32)&1 == 1}
+		r[4] = connect.Field{Name: "revision", Value: sl.Int(j)}
+		return r
 	}
 }
 
@@ -436,8 +459,10 @@ func (src *Source) Read(ctx context.Context) (connect.Batch, error) {
 		}
 	}
 	recs := make([]connect.Record, 0, n+n/4+1)
+	// a new batchMem per batch: the runtime owns the records once Read returns
+	b := &batchMem{slab: connect.Slab{N: 2 * int(n)}}
 	for i := int64(0); i < n; i++ {
-		recs = src.g.appendRecords(recs, src.next+i)
+		recs = src.g.appendRecords(recs, b, src.next+i)
 	}
 	src.next += n
 	src.sent += n

@@ -202,6 +202,9 @@ func (l *Log) append(name string, p int32, recs []runtime.LogRecord, opts runtim
 				return runtime.AppendResult{}, fmt.Errorf("append to %s-%d: first sequence of epoch %d is %d, want 0: %w", name, p, opts.ProducerEpoch, opts.BaseSequence, wal.ErrOutOfOrderSequence)
 			}
 		case ps.firstSeq == opts.BaseSequence && ps.state.LastSequence == last:
+			if opts.Written != nil {
+				opts.Written()
+			}
 			return runtime.AppendResult{BaseOffset: ps.first, LastOffset: ps.state.LastOffset, Duplicate: true}, nil
 		case opts.BaseSequence != ps.state.LastSequence+1:
 			return runtime.AppendResult{}, fmt.Errorf("append to %s-%d: sequence %d, want %d: %w", name, p, opts.BaseSequence, ps.state.LastSequence+1, wal.ErrOutOfOrderSequence)
@@ -236,6 +239,9 @@ func (l *Log) append(name string, p int32, recs []runtime.LogRecord, opts runtim
 	l.appends++
 	close(pt.notify)
 	pt.notify = make(chan struct{})
+	if opts.Written != nil {
+		opts.Written() // placed; Hooks.AfterAppend runs after it, as a failed fsync would
+	}
 	return res, nil
 }
 
