@@ -117,7 +117,9 @@ func sinkDef() connect.ConfigDef {
 		{Name: KeyTopicsRegex, Type: connect.TypeString, Group: "Common", Importance: connect.High, Check: checkRegex,
 			Doc: "A regular expression (Go syntax, matching the whole name) of the topics to consume; topics created later are picked up. Internal topics (starting with __) match only if the expression starts with __."},
 		{Name: KeyMaxPollRecords, Type: connect.TypeInt, Default: "500", HasDefault: true, Check: connect.InRange(1, 100000), Group: "Common",
-			Doc: "The most records passed to one Write; consumer offsets are committed after each Write."},
+			Doc: "The most records passed to one Write."},
+		{Name: KeyFlushInterval, Type: connect.TypeLong, Default: "1000", HasDefault: true, Check: connect.InRange(0, 3600000), Group: "Common",
+			Doc: "Milliseconds between commits of the consumer offsets while records keep coming; offsets are also committed 20 ms after the last write when nothing new arrives, and when the connector is paused, rebuilt or stopped; 0 commits after every Write. Only what Write returned is committed; a crash replays what was written since the last commit (the Elasticsearch and Redis views' version guards make replays harmless). A Kafka Connect worker key (default 60000 there), per connector in sluice."},
 		ignoredPrefix("consumer.override.", "the runtime reads the embedded log directly."),
 	}
 }

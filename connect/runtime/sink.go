@@ -24,10 +24,13 @@ import (
 //	           for each chunk's decoding, so order is kept while decoding runs in parallel
 //	refresher: assigns the partitions of topics (or topics.regex matches) as they appear
 //	writer:    up to consumer.override.max.poll.records records → decode → transforms →
-//	           Write → rejected records to the dead-letter topic → commit offsets
+//	           Write → rejected records to the dead-letter topic → offsets to commit
 //
-// Offsets are committed only after Write returned, so delivery is at least once, in order per
-// partition, and a crash replays at most the one batch whose commit was lost.
+// Offsets are committed only after Write returned, at most every offset.flush.interval.ms
+// under a steady stream (as Kafka Connect does: each commit is an fsync), after sinkIdleCommit
+// without new records, and before the task parks (pause, rebuild) or stops gracefully. Delivery
+// is at least once, in order per partition; a crash replays what was written since the last
+// commit.
 
 // SinkGroup returns the consumer group of a sink connector.
 func SinkGroup(connector string) string { return "connect-" + connector }
@@ -92,9 +95,19 @@ type sinkTask struct {
 	out     []connect.Record
 	origin  []*LogRecord
 	originT []TopicPartition
-	commit  map[TopicPartition]int64
+	commit  map[TopicPartition]int64 // offsets written and not committed yet
+	batch   map[TopicPartition]int64 // offsets of the batch being written
 	dlq     []LogRecord
+
+	interval   time.Duration // offset.flush.interval.ms
+	lastCommit time.Time
 }
+
+// sinkIdleCommit is how long a sink with uncommitted offsets waits for more records before it
+// commits them anyway: offsets trail the view by at most this much while nothing arrives (a
+// read-your-writes wait sees its write committed this soon), and by at most the flush interval
+// under a steady stream.
+const sinkIdleCommit = 20 * time.Millisecond
 
 func (c *connector) runSink(ctx, force context.Context) error {
 	log := c.rt.opts.Log
@@ -119,7 +132,8 @@ func (c *connector) runSink(ctx, force context.Context) error {
 		c: c, log: log, sink: sink, group: SinkGroup(c.Name),
 		policy: newErrorPolicy(c.Name, c.Config, c.logger, &c.rejected),
 		max:    int(c.Config.Int(KeyMaxPollRecords)),
-		commit: map[TopicPartition]int64{},
+		commit: map[TopicPartition]int64{}, batch: map[TopicPartition]int64{},
+		interval: c.Config.Millis(KeyFlushInterval), lastCommit: time.Now(),
 	}
 	return t.run(ctx, force)
 }
@@ -294,30 +308,54 @@ func (t *sinkTask) prepare(c *chunk) {
 	}
 }
 
-// write is the writer loop. It returns nil when fetchCtx is cancelled between batches.
+// write is the writer loop. It returns once fetchCtx is cancelled between batches, after
+// committing the offsets of what it wrote.
 func (t *sinkTask) write(fetchCtx, ctx context.Context, in <-chan *chunk) error {
 	var pending []*chunk
 	for {
+		// Paused or held by a rebuild: commit what was written before parking, so that the
+		// committed offsets are where the task stopped.
+		if isClosed(t.c.gate.closed()) || isClosed(t.c.hold.closed()) {
+			if err := t.flush(ctx); err != nil {
+				return err
+			}
+		}
 		if err := t.c.gate.wait(fetchCtx); err != nil {
-			return nil
+			return t.flushOnExit(ctx)
 		}
 		if err := t.c.hold.wait(fetchCtx); err != nil {
-			return nil
+			return t.flushOnExit(ctx)
 		}
 		if len(pending) == 0 {
+			var idle <-chan time.Time
+			var timer *time.Timer
+			if len(t.commit) > 0 {
+				timer = time.NewTimer(sinkIdleCommit)
+				idle = timer.C
+			}
 			select {
 			case c := <-in:
 				pending = append(pending, c)
 			case <-fetchCtx.Done():
-				return nil
 			case <-t.c.gate.closed(): // paused while idle: wait at the gate, write nothing
-				continue
 			case <-t.c.hold.closed(): // a rebuild holds the sink while it is idle
+			case <-idle:
+				if err := t.flush(ctx); err != nil {
+					return err
+				}
+			}
+			if timer != nil {
+				timer.Stop()
+			}
+			if len(pending) == 0 {
+				if fetchCtx.Err() != nil {
+					return t.flushOnExit(ctx)
+				}
 				continue
 			}
 		}
 		// Collect up to max records, waiting up to the linger for more: bigger writes mean
-		// fewer offset commits (each one an fsync).
+		// fewer calls to the sink.
 		var linger *time.Timer
 	drain:
 		for n := countRecords(pending); n < t.max; n = countRecords(pending) {
@@ -347,9 +385,52 @@ func (t *sinkTask) write(fetchCtx, ctx context.Context, in <-chan *chunk) error 
 		}
 		var err error
 		if pending, err = t.writeBatch(ctx, pending); err != nil {
+			// Commit what the writes before this one stored, so that the restarted task
+			// resumes at the failed batch (a failure that recurs cannot hold progress back).
+			if ctx.Err() == nil {
+				if ferr := t.flush(ctx); ferr != nil {
+					err = errors.Join(err, ferr)
+				}
+			}
 			return err
 		}
+		if t.interval <= 0 || time.Since(t.lastCommit) >= t.interval {
+			if err := t.flush(ctx); err != nil {
+				return err
+			}
+		}
 	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// flush commits the offsets of what was written since the last commit.
+func (t *sinkTask) flush(ctx context.Context) error {
+	if len(t.commit) == 0 {
+		return nil
+	}
+	if err := t.log.CommitOffsets(ctx, t.group, t.commit); err != nil {
+		return fmt.Errorf("commit offsets of group %s: %w", t.group, err)
+	}
+	clear(t.commit)
+	t.lastCommit = time.Now()
+	return nil
+}
+
+// flushOnExit commits on a graceful stop; when the stop was forced (ctx is done) what was not
+// committed is written again by the next run.
+func (t *sinkTask) flushOnExit(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return t.flush(ctx)
 }
 
 func countRecords(cs []*chunk) int {
@@ -363,7 +444,7 @@ func countRecords(cs []*chunk) int {
 // writeBatch writes up to max records from the front of pending and returns what is left.
 func (t *sinkTask) writeBatch(ctx context.Context, pending []*chunk) ([]*chunk, error) {
 	t.out, t.origin, t.originT, t.dlq = t.out[:0], t.origin[:0], t.originT[:0], t.dlq[:0]
-	clear(t.commit)
+	clear(t.batch)
 	taken := 0
 	for len(pending) > 0 && taken < t.max {
 		c := pending[0]
@@ -379,7 +460,7 @@ func (t *sinkTask) writeBatch(ctx context.Context, pending []*chunk) ([]*chunk, 
 		for i := range k {
 			lr, d := &c.recs[i], &c.out[i]
 			taken++
-			t.commit[c.tp] = lr.Offset + 1
+			t.batch[c.tp] = lr.Offset + 1
 			if d.err != nil {
 				if err := t.reject(c.tp, lr, d.stage, d.class, d.err); err != nil {
 					return pending, err
@@ -430,10 +511,8 @@ func (t *sinkTask) writeBatch(ctx context.Context, pending []*chunk) ([]*chunk, 
 			return pending, err
 		}
 	}
-	if len(t.commit) > 0 {
-		if err := t.log.CommitOffsets(ctx, t.group, t.commit); err != nil {
-			return pending, fmt.Errorf("commit offsets of group %s: %w", t.group, err)
-		}
+	for tp, off := range t.batch { // written (and its rejections stored): to be committed
+		t.commit[tp] = off
 	}
 	t.c.records.Add(int64(len(t.out)))
 	t.c.progress.Add(1)

@@ -228,7 +228,15 @@ connectors:
 	p.must("DELETE", "/connectors/gone", "", 204)
 	time.Sleep(300 * time.Millisecond) // the paused ones finish their batch in flight
 	before := snapshot(t, p, "apipaused", "apistopped", "filegen")
-	sinkBefore := decode(t, p.must("GET", "/connectors/apiout/offsets", "", 200))
+	// The sink commits once a second while records keep coming: wait for a first commit.
+	var sinkBefore any
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		sinkBefore = decode(t, p.must("GET", "/connectors/apiout/offsets", "", 200))
+		if offs, _ := sinkBefore.(map[string]any)["offsets"].([]any); len(offs) > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	p.kill()
 
 	p = start(t, pipeline, base, token, env)

@@ -81,6 +81,7 @@ connectors:
       topics.regex: kill\..*
       file: %s
       consumer.override.max.poll.records: %d
+      offset.flush.interval.ms: 0
 `, filepath.Join(dir, "log"), killPartitions, killKeys, killBatch, killEvents, killRate, killFlushMs, filepath.Join(dir, "out.jsonl"), killPoll)
 }
 
@@ -179,7 +180,8 @@ func skipped(t *testing.T, logPath string) int64 {
 // random moments (and stops it with SIGTERM now and then), restarts it, and checks at the end
 // that the log holds every generated record exactly once in Kafka's partition in source order,
 // that the sink's output, without the duplicates by offset, is exactly the log, and that each
-// restart replayed at most one sink batch per partition.
+// restart replayed at most one sink batch per partition (the sink commits after every write
+// here, offset.flush.interval.ms=0, so that this bound holds).
 func TestKillLoop(t *testing.T) {
 	n := kills(t)
 	dir := t.TempDir()

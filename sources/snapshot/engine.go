@@ -65,14 +65,17 @@ type Engine struct {
 	mu      sync.Mutex
 	nextSeq uint64
 	pending []command // stored, not yet applied
-	acked   []byte    // highest Order acknowledged
-	await   []byte    // end Order of the last emitted group until it is acknowledged
-	status  Status    // published by the Read goroutine
-	stats   Stats
-	filters map[string]string // capture filter last stored
-	wake    chan struct{}
-	ready   chan struct{} // closed when Open is done: commands wait for it
-	opened  bool
+	// applying: commands taken from pending by apply whose effect is not published yet;
+	// Status shows them as pending until publish replaces the status.
+	applying []command
+	acked    []byte // highest Order acknowledged
+	await    []byte // end Order of the last emitted group until it is acknowledged
+	status   Status // published by the Read goroutine
+	stats    Stats
+	filters  map[string]string // capture filter last stored
+	wake     chan struct{}
+	ready    chan struct{} // closed when Open is done: commands wait for it
+	opened   bool
 	// hasPending is len(pending) > 0, read without the lock by Idle
 	hasPending atomic.Bool
 
@@ -854,8 +857,16 @@ func (e *Engine) apply(base []byte, frontier Mark) []connect.Record {
 	e.mu.Lock()
 	cmds := e.pending
 	e.pending = nil
+	e.applying = cmds
 	e.hasPending.Store(false)
 	e.mu.Unlock()
+	if len(cmds) > 0 {
+		defer func() { // published by changed below, unless apply stopped before
+			e.mu.Lock()
+			e.applying = nil
+			e.mu.Unlock()
+		}()
+	}
 	cmds = append(cmds, e.inline...)
 	e.inline = nil
 	if len(cmds) == 0 && len(e.notes) == 0 {

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -63,8 +64,8 @@ func (e *Engine) Status() Status {
 		return Status{State: "STARTING", Tables: []TableStatus{}}
 	}
 	st.Tables = append([]TableStatus(nil), st.Tables...)
-	// commands stored but not yet applied by the Read goroutine
-	for _, c := range e.pending {
+	// commands stored but not yet applied by the Read goroutine (or applied, not yet published)
+	for _, c := range slices.Concat(e.applying, e.pending) {
 		if c.Type != SignalExecute && c.Type != signalAddTables {
 			continue
 		}
@@ -72,7 +73,7 @@ func (e *Engine) Status() Status {
 			st.Tables = append(st.Tables, TableStatus{Table: t.Table, Request: c.ID, Type: c.Kind, State: "PENDING", Filter: t.Filter, TotalEstimate: -1})
 		}
 	}
-	if st.State == "IDLE" && len(e.pending) > 0 {
+	if st.State == "IDLE" && len(e.pending)+len(e.applying) > 0 {
 		st.State = "RUNNING"
 	}
 	return st
@@ -137,6 +138,7 @@ func (e *Engine) publish() {
 	}
 	e.mu.Lock()
 	e.status = st
+	e.applying = nil
 	e.stats.IncrementalSnapshotRunning = len(e.st.Tables) > 0 && !e.st.Paused
 	e.stats.IncrementalSnapshotPaused = e.st.Paused && len(e.st.Tables) > 0
 	e.stats.RemainingTableCount = int64(len(e.st.Tables))
