@@ -232,6 +232,8 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	pct, fromEnv := runtime.SetGCDefaults()
+	logger.Debug("garbage collector target", "gogc", pct, "from_env", fromEnv)
 	if *cpuprofile != "" {
 		stop, err := startCPUProfile(*cpuprofile)
 		if err != nil {

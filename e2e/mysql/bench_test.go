@@ -247,6 +247,7 @@ func makeDrainBacklog(b *testing.B, m *harness.MariaDB) {
 }
 
 func BenchmarkBinlogDrain(b *testing.B) {
+	runtime.SetGCDefaults() // the collector target of `sluice run`, for baseline and subject alike
 	m := setup(b)
 	makeDrainBacklog(b, m)
 	bl := &drainBacklog
@@ -362,6 +363,7 @@ func intoLog(b *testing.B, raw map[string]string, topic string, want int64) time
 var snapshotTableMade bool
 
 func BenchmarkSnapshot(b *testing.B) {
+	runtime.SetGCDefaults() // the collector target of `sluice run`, for baseline and subject alike
 	m := setup(b)
 	db := "benchsnap"
 	ctx := context.Background()

@@ -183,6 +183,7 @@ func logDrain(b *testing.B, cfg map[string]string, topic string, want int64) tim
 }
 
 func BenchmarkBacklogDrain(b *testing.B) {
+	runtime.SetGCDefaults() // the collector target of `sluice run`, for baseline and subject alike
 	d := newDatabase(b, server(b))
 	d.exec(b, "CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, s text NOT NULL, t timestamptz NOT NULL)",
 		"CREATE PUBLICATION sluice_pub FOR ALL TABLES")
@@ -222,6 +223,7 @@ func BenchmarkBacklogDrain(b *testing.B) {
 }
 
 func BenchmarkSnapshot(b *testing.B) {
+	runtime.SetGCDefaults() // the collector target of `sluice run`, for baseline and subject alike
 	d := newDatabase(b, server(b))
 	d.exec(b, "CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, s text NOT NULL, t timestamptz NOT NULL)",
 		fmt.Sprintf("INSERT INTO items SELECT g, g %% 1000, 'row ' || g, now() FROM generate_series(1, %d) g", benchRows),

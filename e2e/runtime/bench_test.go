@@ -177,6 +177,7 @@ func pipelineRound(b *testing.B, dir string, events int, withSink bool) (time.Du
 // sink side's decoding included), and the process's CPU microseconds per event (less
 // disturbed by other processes than the rates: the machine is shared). One op is one event.
 func BenchmarkPipeline(b *testing.B) {
+	runtime.SetGCDefaults() // the collector target of `sluice run`, for baseline and subject alike
 	rounds := benchRounds(b)
 	events := max(b.N/rounds, 20*benchBatch)
 	var bare, pipe, src, ratios, srcRatios, allocs, srcAllocs, bareCPU, srcCPU, pipeCPU []float64
