@@ -21,7 +21,10 @@ func SetGCDefaults() (percent int, fromEnv bool) {
 		if v == "off" {
 			return -1, true
 		}
-		n, _ := strconv.Atoi(v)
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 100, true // Go's reading of an empty or malformed GOGC
+		}
 		return n, true
 	}
 	debug.SetGCPercent(GCPercent)

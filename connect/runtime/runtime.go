@@ -814,8 +814,18 @@ func (g *gate) closed() <-chan struct{} {
 }
 
 // wait returns once the gate is open, or ctx's error.
-func (g *gate) wait(ctx context.Context) error {
+func (g *gate) wait(ctx context.Context) error { return g.waitParking(ctx, nil) }
+
+// waitParking is wait that, when the gate is closed, first calls beforePark (if not nil) and
+// only then counts the task as parked: what beforePark does happens before parkedAt's channel
+// is closed.
+func (g *gate) waitParking(ctx context.Context, beforePark func()) error {
 	g.mu.Lock()
+	if beforePark != nil && g.paused && !g.isPark {
+		g.mu.Unlock()
+		beforePark()
+		g.mu.Lock()
+	}
 	open := g.open
 	if g.paused && !g.isPark {
 		close(g.parked)

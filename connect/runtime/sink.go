@@ -313,18 +313,22 @@ func (t *sinkTask) prepare(c *chunk) {
 func (t *sinkTask) write(fetchCtx, ctx context.Context, in <-chan *chunk) error {
 	var pending []*chunk
 	for {
-		// Paused or held by a rebuild: commit what was written before parking, so that the
-		// committed offsets are where the task stopped.
-		if isClosed(t.c.gate.closed()) || isClosed(t.c.hold.closed()) {
-			if err := t.flush(ctx); err != nil {
-				return err
+		// Paused or held by a rebuild: commit what was written before the task counts as
+		// parked, so that the committed offsets are where it stopped.
+		var flushErr error
+		beforePark := func() {
+			if flushErr == nil {
+				flushErr = t.flush(ctx)
 			}
 		}
-		if err := t.c.gate.wait(fetchCtx); err != nil {
-			return t.flushOnExit(ctx)
+		if err := t.c.gate.waitParking(fetchCtx, beforePark); err != nil {
+			return errors.Join(flushErr, t.flushOnExit(ctx))
 		}
-		if err := t.c.hold.wait(fetchCtx); err != nil {
-			return t.flushOnExit(ctx)
+		if err := t.c.hold.waitParking(fetchCtx, beforePark); err != nil {
+			return errors.Join(flushErr, t.flushOnExit(ctx))
+		}
+		if flushErr != nil {
+			return flushErr
 		}
 		if len(pending) == 0 {
 			var idle <-chan time.Time
@@ -421,6 +425,7 @@ func (t *sinkTask) flush(ctx context.Context) error {
 	}
 	clear(t.commit)
 	t.lastCommit = time.Now()
+	t.c.rt.progress.signal() // read-your-writes waits look at the committed offsets
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -377,7 +378,9 @@ func (t *sourceTask) reject(b *sourceBatch, r *connect.Record, stage, class stri
 // partition is handed to the log, and as soon as the log has placed it (written, not yet
 // fsynced: AppendOptions.Written) the next batch follows, so that the wait for one batch's
 // fsync overlaps with writing the next and group commit covers both. A batch bound for several
-// partitions appends them concurrently and waits for all. At most two batches are in flight.
+// partitions appends them concurrently and waits for all. Up to three appends may be
+// outstanding (one awaited by the completer, one queued, one being placed); the pool of
+// batches bounds them.
 func (t *sourceTask) appendLoop(ctx context.Context, free chan<- *sourceBatch, in <-chan *sourceBatch, slot *positionSlot) error {
 	type inflight struct {
 		b    *sourceBatch
@@ -402,15 +405,35 @@ func (t *sourceTask) appendLoop(ctx context.Context, free chan<- *sourceBatch, i
 				p := b.parts[0]
 				placed := make(chan struct{})
 				var once sync.Once
+				var failed atomic.Bool
 				mark := func() { once.Do(func() { close(placed) }) }
 				go func() {
 					_, err := t.prod.append(gctx, p.tp, p.recs, p.spos, mark)
+					failed.Store(err != nil)
 					mark() // a log that does not report placement: the append is done
 					f.done <- err
 				}()
 				<-placed // the append returns promptly once gctx is done, so this cannot hang
+				if failed.Load() {
+					// Failed before it was placed: append nothing more (a later batch of
+					// another partition could land before the restart); the completer
+					// returns the error.
+					select {
+					case pending <- f:
+					case <-gctx.Done():
+					}
+					return nil
+				}
 			} else {
-				f.done <- t.appendParts(gctx, b.parts)
+				err := t.appendParts(gctx, b.parts)
+				f.done <- err
+				if err != nil {
+					select {
+					case pending <- f:
+					case <-gctx.Done():
+					}
+					return nil
+				}
 			}
 			select {
 			case pending <- f:

@@ -140,9 +140,19 @@ func (s *ackCheckSource) Ack(ctx context.Context, upTo connect.Position) error {
 // runs, the records up to the acknowledged position are appended and the position is the
 // committed one, so a database may release its changes.
 func TestSourceAckedOnlyAfterAppend(t *testing.T) {
-	const events = 2000
+	// Batches of three tables over three partitions are appended part by part, concurrently;
+	// batches of one table in one partition are pipelined (the next is appended once the log
+	// placed the previous one).
+	t.Run("partitions=3", func(t *testing.T) {
+		testAckedOnlyAfterAppend(t, 3, datagenConfig(2000, 40, 20, "datagen.rate", "20000"))
+	})
+	t.Run("partitions=1", func(t *testing.T) {
+		testAckedOnlyAfterAppend(t, 1, datagenConfig(2000, 40, 20, "datagen.rate", "20000", "datagen.tables", "customers"))
+	})
+}
+
+func testAckedOnlyAfterAppend(t *testing.T, partitions int32, cfg map[string]string) {
 	log := runtimetest.NewLog()
-	cfg := datagenConfig(events, 40, 20, "datagen.rate", "20000")
 	s := settings(t, cfg)
 	var (
 		mu       sync.Mutex
@@ -190,7 +200,7 @@ func TestSourceAckedOnlyAfterAppend(t *testing.T) {
 		src, err := inner(cfg, env)
 		return &ackCheckSource{Source: src, check: check}, err
 	}
-	h = newHarness(t, log, newRegistry(t, p), func(o *runtime.Options) { o.TopicDefaults.Partitions = 3 })
+	h = newHarness(t, log, newRegistry(t, p), func(o *runtime.Options) { o.TopicDefaults.Partitions = partitions })
 	h.add("gen", "checked", cfg)
 	h.start()
 	waitFor(t, "every event to be committed", func() bool {
