@@ -106,9 +106,16 @@ func StartMariaDB(ctx context.Context, opts MariaDBOptions) (*MariaDB, error) {
 		return nil, fmt.Errorf("start mariadb: %w", errJoinClose(err, m.Server))
 	}
 	m.repick = func() (err error) { m.Port, err = pickPort(); return err }
+	// The server's temporary tables live in its own directory, not in the shared /tmp, where
+	// a cleanup by another process has removed them under a running query.
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return nil, fmt.Errorf("start mariadb: %w", errJoinClose(err, m.Server))
+	}
 	m.launch = func() ([]string, *proc, error) {
 		argv := []string{mariadbd, "--no-defaults", "--user=root",
 			"--datadir=" + data, "--socket=" + m.Socket, "--pid-file=" + filepath.Join(dir, "mysqld.pid"),
+			"--tmpdir=" + tmp,
 			"--port=" + strconv.Itoa(m.Port), "--bind-address=127.0.0.1", "--skip-name-resolve",
 			"--server-id=" + strconv.FormatUint(uint64(m.ServerID), 10),
 			"--log-bin=" + filepath.Join(data, "mariadb-bin"), "--binlog-format=ROW",
