@@ -401,44 +401,35 @@ func (t *sourceTask) appendLoop(ctx context.Context, free chan<- *sourceBatch, i
 				return nil // in is closed: the router is done
 			}
 			f := inflight{b: b, done: make(chan error, 1)}
+			var failed bool
 			if len(b.parts) == 1 {
 				p := b.parts[0]
 				placed := make(chan struct{})
 				var once sync.Once
-				var failed atomic.Bool
+				var appendFailed atomic.Bool
 				mark := func() { once.Do(func() { close(placed) }) }
 				go func() {
 					_, err := t.prod.append(gctx, p.tp, p.recs, p.spos, mark)
-					failed.Store(err != nil)
+					appendFailed.Store(err != nil)
 					mark() // a log that does not report placement: the append is done
 					f.done <- err
 				}()
 				<-placed // the append returns promptly once gctx is done, so this cannot hang
-				if failed.Load() {
-					// Failed before it was placed: append nothing more (a later batch of
-					// another partition could land before the restart); the completer
-					// returns the error.
-					select {
-					case pending <- f:
-					case <-gctx.Done():
-					}
-					return nil
-				}
+				failed = appendFailed.Load()
 			} else {
 				err := t.appendParts(gctx, b.parts)
 				f.done <- err
-				if err != nil {
-					select {
-					case pending <- f:
-					case <-gctx.Done():
-					}
-					return nil
-				}
+				failed = err != nil
 			}
 			select {
 			case pending <- f:
 			case <-gctx.Done():
 				return nil // the completer returns the error that cancelled gctx
+			}
+			if failed {
+				// Failed before it was placed: append nothing more (a later batch of another
+				// partition could land before the restart); the completer returns the error.
+				return nil
 			}
 		}
 	})
@@ -464,16 +455,8 @@ func (t *sourceTask) appendLoop(ctx context.Context, free chan<- *sourceBatch, i
 	return g.Wait()
 }
 
-// appendParts appends a batch's partitions concurrently and waits for all.
+// appendParts appends a batch's partitions (none, or several) concurrently and waits for all.
 func (t *sourceTask) appendParts(ctx context.Context, parts []*partBatch) error {
-	switch len(parts) {
-	case 0:
-		return nil
-	case 1:
-		p := parts[0]
-		_, err := t.prod.append(ctx, p.tp, p.recs, p.spos, nil)
-		return err
-	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
