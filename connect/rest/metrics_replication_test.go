@@ -104,36 +104,52 @@ func TestMetricsReplication(t *testing.T) {
 		}
 		return got
 	}
+	// The leader's view moves (a follower counts as active only if heard from within an
+	// election timeout, which a slow machine can miss for a moment): compare a status and a
+	// scrape taken together until they match, or report the last difference.
 	var st raft.PartitionStatus
-	for _, p := range logs[leader].Partitions() {
-		if p.Topic == "t" {
-			st = p
-		}
-	}
-	got := scrape(logs[leader])
 	id := fmt.Sprint(leader + 1)
-	want := map[string]float64{
-		`sluice_replication_role{partition="0",role="leader",topic="t"}`: 1,
-		`sluice_replication_serving{partition="0",topic="t"}`:            1,
-		`sluice_replication_term{partition="0",topic="t"}`:               float64(st.Term),
-		`sluice_replication_leader{partition="0",topic="t"}`:             float64(leader + 1),
-		`sluice_replication_commit_index{partition="0",topic="t"}`:       float64(st.CommitIndex),
-		`sluice_replication_last_index{partition="0",topic="t"}`:         float64(st.LastIndex),
-	}
-	for _, f := range st.Followers {
-		want[fmt.Sprintf(`sluice_replication_follower_lag_entries{follower="%d",partition="0",topic="t"}`, f.Node)] = 0
-		want[fmt.Sprintf(`sluice_replication_follower_active{follower="%d",partition="0",topic="t"}`, f.Node)] = 1
-	}
-	for k, v := range want {
-		if g, ok := got[k]; !ok || g != v {
-			t.Errorf("leader (node %s): %s = %v (present %v), want %v", id, k, g, ok, v)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		for _, p := range logs[leader].Partitions() {
+			if p.Topic == "t" {
+				st = p
+			}
 		}
+		got := scrape(logs[leader])
+		want := map[string]float64{
+			`sluice_replication_role{partition="0",role="leader",topic="t"}`: 1,
+			`sluice_replication_serving{partition="0",topic="t"}`:            1,
+			`sluice_replication_term{partition="0",topic="t"}`:               float64(st.Term),
+			`sluice_replication_leader{partition="0",topic="t"}`:             float64(leader + 1),
+			`sluice_replication_commit_index{partition="0",topic="t"}`:       float64(st.CommitIndex),
+			`sluice_replication_last_index{partition="0",topic="t"}`:         float64(st.LastIndex),
+		}
+		for _, f := range st.Followers {
+			want[fmt.Sprintf(`sluice_replication_follower_lag_entries{follower="%d",partition="0",topic="t"}`, f.Node)] = 0
+			want[fmt.Sprintf(`sluice_replication_follower_active{follower="%d",partition="0",topic="t"}`, f.Node)] = 1
+		}
+		var diffs []string
+		for k, v := range want {
+			if g, ok := got[k]; !ok || g != v {
+				diffs = append(diffs, fmt.Sprintf("leader (node %s): %s = %v (present %v), want %v", id, k, g, ok, v))
+			}
+		}
+		if len(diffs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, d := range diffs {
+				t.Error(d)
+			}
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if st.CommitIndex < 5 || st.Term == 0 {
 		t.Errorf("leader status %+v: want a term and a commit index covering the 5 appends", st)
 	}
 	follower := (leader + 1) % 3
-	got = scrape(logs[follower])
+	got := scrape(logs[follower])
 	for k, v := range map[string]float64{
 		`sluice_replication_role{partition="0",role="follower",topic="t"}`: 1,
 		`sluice_replication_serving{partition="0",topic="t"}`:              0,
