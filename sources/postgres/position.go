@@ -333,30 +333,34 @@ func snapshotStatePrefix(epoch uint32, lsn pglogrepl.LSN, schema, table string, 
 	return append(b, `,"rows":`...)
 }
 
-// snapshotPosition encodes the position of a snapshot row in one allocation: keyOrder is the
-// key form of the Order (nil: the counter form), key the chunk key's text values.
-func snapshotPosition(epoch, tableIndex uint32, keyOrder []byte, attempt uint32, rows uint64, prefix []byte, key [][]byte) connect.Position {
+// snapshotOrder encodes the Order of a snapshot row: keyOrder is the key form (nil: the
+// counter form, by attempt and rows).
+func snapshotOrder(epoch, tableIndex uint32, keyOrder []byte, attempt uint32, rows uint64) []byte {
 	n := 4 + 1 + 8 + 1 + 12
 	if keyOrder != nil {
 		n = 4 + 1 + 8 + 1 + len(keyOrder)
 	}
-	size := n + len(prefix) + 48
-	for _, k := range key {
-		size += len(k) + 8
-	}
-	b := make([]byte, 0, size)
+	b := make([]byte, 0, n)
 	b = binary.BigEndian.AppendUint32(b, epoch)
 	b = append(b, phaseSnapshot)
 	b = binary.BigEndian.AppendUint64(b, uint64(tableIndex))
 	if keyOrder != nil {
 		b = append(b, 1)
-		b = append(b, keyOrder...)
-	} else {
-		b = append(b, 0)
-		b = binary.BigEndian.AppendUint32(b, attempt)
-		b = binary.BigEndian.AppendUint64(b, rows)
+		return append(b, keyOrder...)
 	}
-	n = len(b)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint32(b, attempt)
+	return binary.BigEndian.AppendUint64(b, rows)
+}
+
+// snapshotState encodes the State of the position after a snapshot row: prefix is its table's
+// snapshotStatePrefix, rows the rows read so far, key the chunk key's text values.
+func snapshotState(prefix []byte, rows uint64, key [][]byte, attempt uint32) []byte {
+	size := len(prefix) + 48
+	for _, k := range key {
+		size += len(k) + 8
+	}
+	b := make([]byte, 0, size)
 	b = append(b, prefix...)
 	b = strconv.AppendUint(b, rows, 10)
 	b = append(b, `,"key":[`...)
@@ -371,8 +375,7 @@ func snapshotPosition(epoch, tableIndex uint32, keyOrder []byte, attempt uint32,
 		b = append(b, `,"attempt":`...)
 		b = strconv.AppendUint(b, uint64(attempt), 10)
 	}
-	b = append(b, `}}`...)
-	return connect.Position{Order: b[:n:n], State: b[n:]}
+	return append(b, `}}`...)
 }
 
 // appendJSONBytes appends text (UTF-8) as a JSON string.

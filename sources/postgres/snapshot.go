@@ -45,12 +45,45 @@ type snapshotter struct {
 	cur     *snapTable
 	rr      *pgconn.ResultReader
 	held    *connect.Record // the last row read, held back until it is known whether it is the last
+	// marks hold what the position states of the last two rows read need (marks[last] is the
+	// held row's): a row's State is built only when a batch ends at it, the row before the
+	// held one, so that rows carry only their Order.
+	marks [2]rowMark
+	last  int
 	inTx    bool
 	resume  *snapshotPos
 	// qctx bounds the chunk queries, whose rows are read over several Read calls; a Read
 	// whose own context ends while it waits for rows cancels it.
 	qctx   context.Context
 	cancel context.CancelFunc
+}
+
+// rowMark is what the position state after a snapshot row needs, in reused memory.
+type rowMark struct {
+	prefix  []byte // its table's snapshotStatePrefix
+	rows    uint64
+	attempt uint32
+	keyBuf  []byte
+	key     [][]byte // into keyBuf
+}
+
+// mark notes the row just read as the last one.
+func (sn *snapshotter) mark(cur *snapTable) {
+	sn.last ^= 1
+	m := &sn.marks[sn.last]
+	m.prefix, m.rows, m.attempt = cur.statePrefix, cur.rows, cur.attempt
+	m.keyBuf, m.key = m.keyBuf[:0], m.key[:0]
+	for _, k := range cur.lastKey {
+		start := len(m.keyBuf)
+		m.keyBuf = append(m.keyBuf, k...)
+		m.key = append(m.key, m.keyBuf[start:len(m.keyBuf):len(m.keyBuf)])
+	}
+}
+
+// stateBeforeLast is the position state after the row read before the last one.
+func (sn *snapshotter) stateBeforeLast() []byte {
+	m := &sn.marks[sn.last^1]
+	return snapshotState(m.prefix, m.rows, m.key, m.attempt)
 }
 
 // snapTable is the table being read.
@@ -324,8 +357,9 @@ func (s *Source) readSnapshot(ctx context.Context) (connect.Batch, error) {
 		last := recs[len(recs)-1]
 		sn.held = &last
 		recs = recs[:len(recs)-1]
+		// the batch ends at the row read before the held one
 		pos := recs[len(recs)-1].Position
-		return connect.Batch{Records: recs, Position: connect.Position{Order: pos.Order, State: withIncr(pos.State, s.incr.State())}}, nil
+		return connect.Batch{Records: recs, Position: connect.Position{Order: pos.Order, State: withIncr(sn.stateBeforeLast(), s.incr.State())}}, nil
 	}
 	return s.finishSnapshot(ctx, recs)
 }
@@ -374,8 +408,9 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 		commit:  sn.started,
 		version: sn.lsn,
 		source:  cur.source,
-		pos:     snapshotPosition(s.epoch, sn.index, order, cur.attempt, cur.rows, cur.statePrefix, cur.lastKey),
+		pos:     connect.Position{Order: snapshotOrder(s.epoch, sn.index, order, cur.attempt, cur.rows)},
 	}
+	sn.mark(cur)
 	s.st.events.Add(1)
 	return s.record(t, ev), nil
 }
