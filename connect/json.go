@@ -26,6 +26,104 @@ func AppendJSON(dst []byte, v any) ([]byte, error) {
 	return appendValue(dst, v, 0)
 }
 
+// JSONMemo lets AppendJSONMemo render once a Row that several values hold, such as the source
+// block a batch's change events share. The zero value is ready; its memory is reused.
+type JSONMemo struct{ slots [memoSlots]*memoSlot }
+
+// memoSlots is how many fields of a top-level Row a JSONMemo follows.
+const memoSlots = 8
+
+// memoSlot remembers the Rows last seen in one field, in a table indexed by their address, and
+// counts the different Rows that followed one another there without a repeat.
+type memoSlot struct {
+	seen   [memoSeen]memoRow
+	misses int
+}
+
+// memoRow is one Row seen: its identity and, if kept, its rendering.
+type memoRow struct {
+	first *Field
+	n     int
+	b     []byte
+	kept  bool
+}
+
+// memoSeen is how many Rows a field remembers (a MySQL transaction shares one source block
+// per row number of its rows events, a few dozen of them).
+const memoSeen = 128
+
+// memoMisses is how many different Rows in a row stop a field's renderings from being kept
+// (an after-image never repeats), until a Row repeats there.
+const memoMisses = memoSeen
+
+// Reset forgets the Rows seen: call it before the Rows it saw may change or be freed.
+func (m *JSONMemo) Reset() {
+	for _, sl := range m.slots {
+		if sl != nil {
+			for i := range sl.seen {
+				sl.seen[i].first, sl.seen[i].n, sl.seen[i].kept = nil, 0, false
+			}
+			sl.misses = 0
+		}
+	}
+}
+
+// AppendJSONMemo is AppendJSON, except that when v is a Row, a Row held directly in one of its
+// first fields that is the very Row (same memory, same length) seen in that field by one of
+// the last calls is copied from m instead of rendered again. The caller must Reset m before
+// any Row it saw may have been modified or freed; Rows are not modified in place (see
+// Transform).
+func AppendJSONMemo(dst []byte, v any, m *JSONMemo) ([]byte, error) {
+	x, ok := v.(Row)
+	if !ok || x == nil || m == nil {
+		return appendValue(dst, v, 0)
+	}
+	dst = append(dst, '{')
+	var err error
+	for i := range x {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, x[i].Name)
+		dst = append(dst, ':')
+		r, ok := x[i].Value.(Row)
+		if !ok || len(r) == 0 || i >= memoSlots {
+			if dst, err = appendValue(dst, x[i].Value, 1); err != nil {
+				return dst, err
+			}
+			continue
+		}
+		sl := m.slots[i]
+		if sl == nil {
+			sl = new(memoSlot)
+			m.slots[i] = sl
+		}
+		first := &r[0]
+		e := &sl.seen[uint64(uintptr(unsafe.Pointer(first)))>>4*0x9E3779B97F4A7C15>>(64-7)&(memoSeen-1)]
+		same := e.first == first && e.n == len(r)
+		if same && e.kept {
+			dst = append(dst, e.b...)
+			sl.misses = 0
+			continue
+		}
+		start := len(dst)
+		if dst, err = appendValue(dst, r, 1); err != nil {
+			return dst, err
+		}
+		e.first, e.n = first, len(r)
+		if same {
+			sl.misses = 0
+		} else {
+			sl.misses++
+		}
+		// A field whose Rows keep changing is only watched, not copied, until one repeats.
+		if e.kept = sl.misses < memoMisses; e.kept {
+			e.b = append(e.b[:0], dst[start:]...)
+		}
+	}
+	return append(dst, '}'), nil
+}
+
 // MarshalJSONValue renders a data-model value as JSON.
 func MarshalJSONValue(v any) ([]byte, error) {
 	return AppendJSON(make([]byte, 0, 256), v)

@@ -275,3 +275,78 @@ func BenchmarkJSONDecoder(b *testing.B) {
 		}
 	}
 }
+
+// AppendJSONMemo renders exactly what AppendJSON renders, over a stream of change events whose
+// source blocks are shared in runs, differ between runs (with the same length), take turns in
+// a cycle (as a MySQL transaction's blocks per row number do), change every event for longer
+// than a field is remembered and then repeat again, next to after-images that never repeat.
+func TestAppendJSONMemoSameAsAppendJSON(t *testing.T) {
+	source := func(tx int) Row {
+		return Row{{Name: "db", Value: "inventory"}, {Name: "table", Value: "orders"}, {Name: "tx", Value: int64(tx)}}
+	}
+	cycle := []Row{source(-1), source(-2), source(-3), source(-4), source(-5)}
+	var m JSONMemo
+	var events []any
+	shared := source(1)
+	for i := range 1000 {
+		switch {
+		case i == 10:
+			shared = source(2) // a new run, same length
+		case i >= 20 && i < 100:
+			shared = cycle[i%len(cycle)]
+		case i >= 100 && i < 500:
+			shared = source(i) // a new block every event: stops being kept
+		case i == 500:
+			shared = source(1000) // repeats from here on: kept again
+		case i >= 700:
+			shared = cycle[i%len(cycle)]
+		}
+		events = append(events, Row{
+			{Name: "before", Value: nil},
+			{Name: "after", Value: Row{{Name: "id", Value: int64(i)}, {Name: "tags", Value: []any{"a", Row{{Name: "k", Value: int64(i)}}}}}},
+			{Name: "source", Value: shared},
+			{Name: "op", Value: "c"},
+		})
+		if i%7 == 0 {
+			events = append(events, "not a row", Row{}, Row(nil), []any{shared})
+		}
+	}
+	for round := range 2 {
+		for i, ev := range events {
+			want, err := AppendJSON(nil, ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := AppendJSONMemo([]byte("x"), ev, &m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != "x"+string(want) {
+				t.Fatalf("round %d, value %d:\n got %s\nwant x%s", round, i, got, want)
+			}
+		}
+		m.Reset()
+	}
+}
+
+// A Row the memo saw is rendered anew after Reset, even if it was changed in place since (the
+// memory of a batch the runtime is done with), and without Reset the memo is what is rendered:
+// it does not look at the content of a Row it recognises.
+func TestJSONMemoReset(t *testing.T) {
+	src := Row{{Name: "table", Value: "a"}}
+	ev := Row{{Name: "source", Value: src}}
+	var m JSONMemo
+	for range 2 {
+		if got, _ := AppendJSONMemo(nil, ev, &m); string(got) != `{"source":{"table":"a"}}` {
+			t.Fatalf("got %s", got)
+		}
+	}
+	src[0].Value = "b"
+	if got, _ := AppendJSONMemo(nil, ev, &m); string(got) != `{"source":{"table":"a"}}` {
+		t.Fatalf("without Reset: got %s, want the remembered rendering", got)
+	}
+	m.Reset()
+	if got, _ := AppendJSONMemo(nil, ev, &m); string(got) != `{"source":{"table":"b"}}` {
+		t.Fatalf("after Reset: got %s", got)
+	}
+}

@@ -37,13 +37,14 @@ func (a *arena) encodeKey(key any) ([]byte, error) {
 }
 
 // encodeValue returns the log bytes of a record value (nil for a tombstone).
-func (a *arena) encodeValue(v any) ([]byte, error) {
+// A nil memo renders every value whole.
+func (a *arena) encodeValue(v any, memo *connect.JSONMemo) ([]byte, error) {
 	if v == nil {
 		return nil, nil
 	}
 	start := len(a.buf)
 	var err error
-	if a.buf, err = connect.AppendJSON(a.buf, v); err != nil {
+	if a.buf, err = connect.AppendJSONMemo(a.buf, v, memo); err != nil {
 		a.buf = a.buf[:start]
 		return nil, fmt.Errorf("encode value: %w", err)
 	}

@@ -45,7 +45,7 @@ func TestDecodeRecord(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var a arena
 			k, _ := a.encodeKey(tc.rec.Key)
-			v, _ := a.encodeValue(tc.rec.Value)
+			v, _ := a.encodeValue(tc.rec.Value, nil)
 			_, hs := a.encodeHeaders(nil, &tc.rec)
 			if tc.headers != nil {
 				hs = tc.headers
@@ -96,7 +96,7 @@ func TestDecodedRecycled(t *testing.T) {
 	for round := range 50 {
 		var recs []LogRecord
 		for i := range chunkRecords {
-			v, _ := a.encodeValue(connect.Row{{Name: "n", Value: int64(round*1000 + i)}})
+			v, _ := a.encodeValue(connect.Row{{Name: "n", Value: int64(round*1000 + i)}}, nil)
 			recs = append(recs, LogRecord{Offset: int64(i), Value: v})
 		}
 		ch := &chunk{tp: TopicPartition{Topic: "t"}, recs: recs}

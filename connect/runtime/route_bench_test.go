@@ -77,7 +77,7 @@ func BenchmarkSinkPrepare(b *testing.B) {
 	for e := range int64(chunkRecords) {
 		r := s.Records(e)[0]
 		k, _ := a.encodeKey(r.Key)
-		v, _ := a.encodeValue(r.Value)
+		v, _ := a.encodeValue(r.Value, nil)
 		var h []LogHeader
 		hs, h = a.encodeHeaders(hs, &r)
 		recs = append(recs, LogRecord{Offset: e, Key: k, Value: v, Headers: h})

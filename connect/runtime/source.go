@@ -99,6 +99,7 @@ type sourceTask struct {
 	skipped   int64                     // replayed records dropped since the start
 	resumed   bool                      // a record above the floor was routed
 	lastTopic string                    // of the last routed record (active topics)
+	memo      connect.JSONMemo          // renderings of Rows the routed batch's values share
 }
 
 func (c *connector) runSource(ctx, force context.Context) error {
@@ -236,6 +237,9 @@ func (t *sourceTask) routeLoop(ctx context.Context, free <-chan *sourceBatch, in
 // dropping replayed ones.
 func (t *sourceTask) route(batch connect.Batch, b *sourceBatch) error {
 	b.pos = batch.Position
+	// The batch's records stay alive and unmodified while it is routed (Source.Read, Transform),
+	// so a Row they share, such as a source block, is rendered once per batch.
+	t.memo.Reset()
 	for i := range batch.Records {
 		in := &batch.Records[i]
 		out, keep := *in, true
@@ -296,7 +300,7 @@ func (t *sourceTask) add(b *sourceBatch, r *connect.Record) error {
 	if drop, err := t.replayed(tp, r.Position.Order); err != nil || drop {
 		return err
 	}
-	value, err := b.arena.encodeValue(r.Value)
+	value, err := b.arena.encodeValue(r.Value, &t.memo)
 	if err != nil {
 		return t.reject(b, r, stageValueConverter, t.c.Plugin.Class(), err)
 	}
