@@ -52,6 +52,10 @@ type memoRow struct {
 // per row number of its rows events, a few dozen of them).
 const memoSeen = 128
 
+// memoMaxBytes bounds a kept rendering (a source block takes a few hundred bytes), so that a
+// JSONMemo holds at most memoSlots*memoSeen*memoMaxBytes (1 MiB) of them.
+const memoMaxBytes = 1 << 10
+
 // memoMisses is how many different Rows in a row stop a field's renderings from being kept
 // (an after-image never repeats), until a Row repeats there.
 const memoMisses = memoSeen
@@ -117,7 +121,7 @@ func AppendJSONMemo(dst []byte, v any, m *JSONMemo) ([]byte, error) {
 			sl.misses++
 		}
 		// A field whose Rows keep changing is only watched, not copied, until one repeats.
-		if e.kept = sl.misses < memoMisses; e.kept {
+		if e.kept = sl.misses < memoMisses && len(dst)-start <= memoMaxBytes; e.kept {
 			e.b = append(e.b[:0], dst[start:]...)
 		}
 	}

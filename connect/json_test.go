@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -329,6 +330,47 @@ func TestAppendJSONMemoSameAsAppendJSON(t *testing.T) {
 	}
 }
 
+// Rows that land in the same remembered entry, in every order: many blocks each used twice
+// running, many blocks in a cycle longer than a field remembers, blocks sharing their first
+// field with different lengths, and blocks too large to keep.
+func TestAppendJSONMemoCollisions(t *testing.T) {
+	block := func(i int) Row { return Row{{Name: "n", Value: int64(i)}, {Name: "m", Value: int64(-i)}} }
+	var vals []Row
+	for i := range 300 {
+		b := block(i)
+		vals = append(vals, b, b)
+	}
+	cycle := make([]Row, 200)
+	for i := range cycle {
+		cycle[i] = block(1000 + i)
+	}
+	for range 3 {
+		vals = append(vals, cycle...)
+	}
+	full := block(7)
+	for range 5 {
+		vals = append(vals, full[:1], full[:2], full[:1], full[:1])
+	}
+	big := Row{{Name: "s", Value: strings.Repeat("x", 2000)}}
+	vals = append(vals, big, big, block(8), big)
+	var m JSONMemo
+	for i, v := range vals {
+		ev := Row{{Name: "after", Value: v}, {Name: "source", Value: v}}
+		want, _ := AppendJSON(nil, ev)
+		got, err := AppendJSONMemo(nil, ev, &m)
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("value %d: got %s (%v), want %s", i, got, err, want)
+		}
+	}
+	for _, sl := range m.slots {
+		for _, e := range sl.seenOrNone() {
+			if len(e.b) > memoMaxBytes {
+				t.Fatalf("a kept rendering of %d bytes, bound %d", len(e.b), memoMaxBytes)
+			}
+		}
+	}
+}
+
 // A Row the memo saw is rendered anew after Reset, even if it was changed in place since (the
 // memory of a batch the runtime is done with), and without Reset the memo is what is rendered:
 // it does not look at the content of a Row it recognises.
@@ -349,4 +391,12 @@ func TestJSONMemoReset(t *testing.T) {
 	if got, _ := AppendJSONMemo(nil, ev, &m); string(got) != `{"source":{"table":"b"}}` {
 		t.Fatalf("after Reset: got %s", got)
 	}
+}
+
+// seenOrNone returns the slot's entries (none for a nil slot).
+func (sl *memoSlot) seenOrNone() []memoRow {
+	if sl == nil {
+		return nil
+	}
+	return sl.seen[:]
 }

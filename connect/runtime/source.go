@@ -238,8 +238,10 @@ func (t *sourceTask) routeLoop(ctx context.Context, free <-chan *sourceBatch, in
 func (t *sourceTask) route(batch connect.Batch, b *sourceBatch) error {
 	b.pos = batch.Position
 	// The batch's records stay alive and unmodified while it is routed (Source.Read, Transform),
-	// so a Row they share, such as a source block, is rendered once per batch.
+	// so a Row they share, such as a source block, is rendered once per batch; the memo lets go
+	// of them after.
 	t.memo.Reset()
+	defer t.memo.Reset()
 	for i := range batch.Records {
 		in := &batch.Records[i]
 		out, keep := *in, true
