@@ -48,7 +48,7 @@ type column struct {
 	typ    uint32
 	typmod int32
 	decode decodeFunc
-	fast   byte // fastText or fastInt: decoded in place from the slab; 0: by decode
+	fast   byte // fastText, fastInt or fastTimestamptz: decoded in place from the slab; 0: by decode
 	keep   bool
 	masks  []columnMask
 }
@@ -76,7 +76,7 @@ func (s *Source) newTable(ctx context.Context, relid uint32, schema, name string
 			return nil, fmt.Errorf("table %s.%s column %s: %w", schema, name, d.Name, err)
 		}
 		t.cols = append(t.cols, column{
-			name: d.Name, typ: d.Type, typmod: d.Typmod, decode: dec, fast: fastKind(dec),
+			name: d.Name, typ: d.Type, typmod: d.Typmod, decode: dec, fast: fastKind(dec, d.Type),
 			keep:  s.set.filter.column(schema, name, d.Name),
 			masks: s.set.masksFor(schema, name, d.Name),
 		})
@@ -134,6 +134,13 @@ func (t *table) decode(get func(i int) (byte, []byte)) error {
 		switch c := &t.cols[i]; {
 		case c.fast == fastText && t.slab != nil:
 			v = t.slab.String(t.slab.Text(b))
+		case c.fast == fastTimestamptz && t.slab != nil:
+			var buf [48]byte
+			if out, ok := appendUTCInstant(buf[:0], b); ok {
+				v = t.slab.String(t.slab.Text(out))
+			} else {
+				v, err = c.decode(b)
+			}
 		case c.fast == fastInt && t.slab != nil:
 			if n, perr := strconv.ParseInt(unsafe.String(unsafe.SliceData(b), len(b)), 10, 64); perr == nil {
 				v = t.slab.Int(n)
@@ -251,9 +258,21 @@ type event struct {
 	srcTs, srcSeq, srcTx, srcLSN any // a stream record's own source fields
 }
 
-// opNames are the op letters as strings (constants, so that boxing them costs nothing).
-var opNames = map[connect.Op]string{
-	connect.OpCreate: "c", connect.OpUpdate: "u", connect.OpDelete: "d", connect.OpRead: "r", connect.OpTruncate: "t",
+// opName returns the op letter, boxed without an allocation (a constant).
+func opName(op connect.Op) any {
+	switch op {
+	case connect.OpCreate:
+		return "c"
+	case connect.OpUpdate:
+		return "u"
+	case connect.OpDelete:
+		return "d"
+	case connect.OpRead:
+		return "r"
+	case connect.OpTruncate:
+		return "t"
+	}
+	return string(op)
 }
 
 // record builds the connect.Record of an event. The value is ChangeEvent.Row()'s shape, built
@@ -268,7 +287,7 @@ func (s *Source) record(t *table, ev *event) connect.Record {
 		Position:  ev.pos,
 	}
 	if ev.key != nil {
-		r.Key = ev.key
+		r.Key = t.boxRow(ev.key)
 	}
 	if ev.tombstone {
 		return r
@@ -287,7 +306,7 @@ func (s *Source) record(t *table, ev *event) connect.Record {
 	}
 	env[0] = connect.Field{Name: connect.FieldBefore, Value: t.rowOrNil(ev.before)}
 	env[1] = connect.Field{Name: connect.FieldAfter, Value: t.rowOrNil(ev.after)}
-	env[3] = connect.Field{Name: connect.FieldOp, Value: opNames[ev.op]}
+	env[3] = connect.Field{Name: connect.FieldOp, Value: opName(ev.op)}
 	env[4] = connect.Field{Name: connect.FieldTsMs, Value: s.nowMs}
 	r.Value = t.boxRow(env)
 	if len(ev.unchanged) > 0 {

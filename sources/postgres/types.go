@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -212,15 +213,20 @@ func (d *typeDecoders) builtin(oid uint32, typmod int32) decodeFunc {
 
 func decodeText(src []byte) (any, error) { return string(src), nil }
 
-// Columns whose decoder is decodeText or decodeInt are decoded in place by table.decode,
-// boxing from the source's slab instead of allocating per value.
+// Columns whose decoder is decodeText or decodeInt, and timestamptz columns, are decoded in
+// place by table.decode, boxing from the source's slab instead of allocating per value.
 const (
 	fastText = 1 + iota
 	fastInt
+	fastTimestamptz
 )
 
-// fastKind returns fastText or fastInt for those two decoders, 0 for any other.
-func fastKind(dec decodeFunc) byte {
+// fastKind returns fastText or fastInt for those two decoders, fastTimestamptz for the type
+// timestamptz (whose decoder's common case appendUTCInstant does), 0 for any other.
+func fastKind(dec decodeFunc, oid uint32) byte {
+	if oid == pgtype.TimestamptzOID {
+		return fastTimestamptz
+	}
 	switch reflect.ValueOf(dec).Pointer() {
 	case reflect.ValueOf(decodeText).Pointer():
 		return fastText
@@ -228,6 +234,23 @@ func fastKind(dec decodeFunc) byte {
 		return fastInt
 	}
 	return 0
+}
+
+// appendUTCInstant appends a timestamptz text in the session's UTC ("2024-01-31
+// 11:45:30.12+00") as Debezium's ZonedTimestamp ("2024-01-31T11:45:30.12Z"), or reports false
+// for any other form (infinity, BC dates, another offset), which the decoder handles.
+func appendUTCInstant(dst, src []byte) ([]byte, bool) {
+	n := len(src)
+	if n < 22 || src[n-3] != '+' || src[n-2] != '0' || src[n-1] != '0' {
+		return dst, false
+	}
+	if _, ok := fastTimestamp(src[:n-3]); !ok {
+		return dst, false
+	}
+	dst = append(dst, src[:10]...)
+	dst = append(dst, 'T')
+	dst = append(dst, src[11:n-3]...)
+	return append(dst, 'Z'), true
 }
 
 func decodeBool(src []byte) (any, error) {
@@ -432,14 +455,8 @@ func (d *typeDecoders) timestampDecoder(typmod int32, tz bool) decodeFunc {
 		plan := d.m.PlanScan(pgtype.TimestamptzOID, pgtype.TextFormatCode, &pgtype.Timestamptz{})
 		return func(src []byte) (any, error) {
 			// the session's TimeZone is UTC: "2024-01-31 11:45:30.12+00" needs no parsing
-			if n := len(src); n >= 22 && src[n-3] == '+' && src[n-2] == '0' && src[n-1] == '0' {
-				if _, ok := fastTimestamp(src[:n-3]); ok {
-					b := make([]byte, 0, n-1)
-					b = append(b, src[:10]...)
-					b = append(b, 'T')
-					b = append(b, src[11:n-3]...)
-					return string(append(b, 'Z')), nil
-				}
+			if b, ok := appendUTCInstant(make([]byte, 0, len(src)), src); ok {
+				return unsafe.String(unsafe.SliceData(b), len(b)), nil
 			}
 			var v pgtype.Timestamptz
 			if err := plan.Scan(src, &v); err != nil {
