@@ -111,7 +111,7 @@ func AppendJSONMemo(dst []byte, v any, m *JSONMemo) ([]byte, error) {
 			continue
 		}
 		start := len(dst)
-		if dst, err = appendValue(dst, r, 1); err != nil {
+		if dst, err = appendValue(dst, x[i].Value, 1); err != nil { // the boxed Row: no new box
 			return dst, err
 		}
 		e.first, e.n = first, len(r)

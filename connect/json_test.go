@@ -400,3 +400,16 @@ func (sl *memoSlot) seenOrNone() []memoRow {
 	}
 	return sl.seen[:]
 }
+
+// Rendering a change event through the memo allocates nothing once the memo has its memory.
+func TestAppendJSONMemoAllocs(t *testing.T) {
+	src := Row{{Name: "db", Value: "inventory"}, {Name: "table", Value: "orders"}}
+	after := Row{{Name: "id", Value: int64(1)}}
+	var ev any = Row{{Name: "before", Value: nil}, {Name: "after", Value: after}, {Name: "source", Value: src}, {Name: "op", Value: "c"}}
+	var m JSONMemo
+	buf := make([]byte, 0, 1024)
+	buf, _ = AppendJSONMemo(buf[:0], ev, &m)
+	if n := testing.AllocsPerRun(100, func() { buf, _ = AppendJSONMemo(buf[:0], ev, &m) }); n != 0 {
+		t.Fatalf("%v allocations per event, want 0", n)
+	}
+}
