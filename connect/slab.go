@@ -46,6 +46,20 @@ func (s *Slab) String(v string) any {
 	return box(typString, unsafe.Pointer(&s.strs[len(s.strs)-1]))
 }
 
+// Bytes returns an empty slice with room for n bytes, cut from the Slab's text chunk; its
+// capacity ends there, so appending past n never writes into a neighbour.
+func (s *Slab) Bytes(n int) []byte {
+	if n > 1024 {
+		return make([]byte, 0, n) // large ones get their own allocation
+	}
+	if cap(s.text)-len(s.text) < n {
+		s.text = make([]byte, 0, max(32*s.size(), 4096))
+	}
+	start := len(s.text)
+	s.text = s.text[:start+n]
+	return s.text[start : start : start+n]
+}
+
 // Text returns a string holding a copy of b, cut from the Slab's text chunk.
 func (s *Slab) Text(b []byte) string {
 	if len(b) == 0 {

@@ -41,3 +41,30 @@ func TestSlabValuesSurviveGC(t *testing.T) {
 		t.Fatal("large texts and rows are not served")
 	}
 }
+
+// Bytes hands out room that no later Bytes or Text call writes, and appending past the room
+// asked for moves to new memory instead of writing into a neighbour.
+func TestSlabBytes(t *testing.T) {
+	var s Slab
+	var got [][]byte
+	for i := range 3000 {
+		b := append(s.Bytes(5), fmt.Sprintf("%05d", i)...)
+		if i%3 == 0 {
+			b = append(b, 'x') // past the room: a copy
+		}
+		got = append(got, b)
+		_ = s.Text([]byte("neighbour"))
+	}
+	if b := s.Bytes(5000); cap(b) < 5000 || len(b) != 0 {
+		t.Fatalf("a large request: len %d cap %d", len(b), cap(b))
+	}
+	for i, b := range got {
+		want := fmt.Sprintf("%05d", i)
+		if i%3 == 0 {
+			want += "x"
+		}
+		if string(b) != want {
+			t.Fatalf("value %d is %q, want %q", i, b, want)
+		}
+	}
+}

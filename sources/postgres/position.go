@@ -335,12 +335,18 @@ func snapshotStatePrefix(epoch uint32, lsn pglogrepl.LSN, schema, table string, 
 
 // snapshotOrder encodes the Order of a snapshot row: keyOrder is the key form (nil: the
 // counter form, by attempt and rows).
-func snapshotOrder(epoch, tableIndex uint32, keyOrder []byte, attempt uint32, rows uint64) []byte {
+// Its memory comes from slab (nil: an allocation of its own).
+func snapshotOrder(slab *connect.Slab, epoch, tableIndex uint32, keyOrder []byte, attempt uint32, rows uint64) []byte {
 	n := 4 + 1 + 8 + 1 + 12
 	if keyOrder != nil {
 		n = 4 + 1 + 8 + 1 + len(keyOrder)
 	}
-	b := make([]byte, 0, n)
+	var b []byte
+	if slab != nil {
+		b = slab.Bytes(n)
+	} else {
+		b = make([]byte, 0, n)
+	}
 	b = binary.BigEndian.AppendUint32(b, epoch)
 	b = append(b, phaseSnapshot)
 	b = binary.BigEndian.AppendUint64(b, uint64(tableIndex))

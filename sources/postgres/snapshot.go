@@ -408,7 +408,7 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 		commit:  sn.started,
 		version: sn.lsn,
 		source:  cur.source,
-		pos:     connect.Position{Order: snapshotOrder(s.epoch, sn.index, order, cur.attempt, cur.rows)},
+		pos:     connect.Position{Order: snapshotOrder(t.slab, s.epoch, sn.index, order, cur.attempt, cur.rows)},
 	}
 	sn.mark(cur)
 	s.st.events.Add(1)
