@@ -48,10 +48,10 @@ type snapshotter struct {
 	// marks hold what the position states of the last two rows read need (marks[last] is the
 	// held row's): a row's State is built only when a batch ends at it, the row before the
 	// held one, so that rows carry only their Order.
-	marks [2]rowMark
-	last  int
-	inTx    bool
-	resume  *snapshotPos
+	marks  [2]rowMark
+	last   int
+	inTx   bool
+	resume *snapshotPos
 	// qctx bounds the chunk queries, whose rows are read over several Read calls; a Read
 	// whose own context ends while it waits for rows cancels it.
 	qctx   context.Context

@@ -1,10 +1,14 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sluice-cdc/sluice/connect"
 )
@@ -61,6 +65,8 @@ var typeMatrix = []typeCase{
 	{"c_varbit", "varbit", [2][2]string{{"B'101'", `"101"`}, {"B''", `""`}}},
 	{"c_point", "point", [2][2]string{{"'(1,2)'", `"(1,2)"`}, {"'(-1.5,0)'", `"(-1.5,0)"`}}},
 	{"c_tsvector", "tsvector", [2][2]string{{"'fat cat a'", `"'a' 'cat' 'fat'"`}, {"''", `""`}}},
+	{"c_tstzarr", "timestamptz[]", [2][2]string{{"'{\"2024-01-31 13:45:30.12+02\",NULL,infinity}'", `["2024-01-31T11:45:30.12Z",null,"infinity"]`}, {"'{}'", "[]"}}},
+	{"c_domtstz", "tstzdom", [2][2]string{{"'2024-01-31 13:45:30.5+02'", `"2024-01-31T11:45:30.5Z"`}, {"'-infinity'", `"-infinity"`}}},
 	{"c_int4range", "int4range", [2][2]string{{"'[1,5)'", `"[1,5)"`}, {"'empty'", `"empty"`}}},
 }
 
@@ -74,6 +80,7 @@ func typeMatrixDDL() []string {
 		"CREATE TYPE mood AS ENUM ('sad', 'happy')",
 		"CREATE DOMAIN posint AS integer CHECK (VALUE > 0)",
 		"CREATE DOMAIN shorttext AS varchar(20)",
+		"CREATE DOMAIN tstzdom AS timestamptz",
 		"CREATE TABLE types (" + strings.Join(cols, ", ") + ")",
 	}
 }
@@ -175,8 +182,8 @@ func TestValueModes(t *testing.T) {
 	db := newDB(t, sharedPG(t))
 	db.exec(t,
 		"CREATE EXTENSION IF NOT EXISTS hstore",
-		"CREATE TABLE m (id int PRIMARY KEY, n numeric(6,2), b bytea, d date, t time, ts timestamp, i interval, h hstore, mo money)",
-		`INSERT INTO m VALUES (1, 12.5, '\xdead', '2024-01-31', '13:45:30.123456', '2024-01-31 13:45:30.123456', '1 year 2 mons 3 days 04:05:06.78', 'k=>v', 12.34)`,
+		"CREATE TABLE m (id int PRIMARY KEY, n numeric(6,2), b bytea, d date, t time, ts timestamp, i interval, h hstore, mo money, tz timestamptz)",
+		`INSERT INTO m VALUES (1, 12.5, '\xdead', '2024-01-31', '13:45:30.123456', '2024-01-31 13:45:30.123456', '1 year 2 mons 3 days 04:05:06.78', 'k=>v', 12.34, '2024-01-31 13:45:30.123+02')`,
 	)
 	cases := []struct {
 		name string
@@ -184,11 +191,11 @@ func TestValueModes(t *testing.T) {
 		want string
 	}{
 		{"double-hex-connect", map[string]string{KeyDecimalMode: "double", KeyBinaryMode: "hex", KeyTimePrecision: "connect", KeyIntervalMode: "string", KeyHstoreMode: "map"},
-			`{"id":1,"n":12.5,"b":"dead","d":19753,"t":49530123,"ts":1706708730123,"i":"P1Y2M3DT4H5M6.78S","h":{"k":"v"},"mo":12.34}`},
+			`{"id":1,"n":12.5,"b":"dead","d":19753,"t":49530123,"ts":1706708730123,"i":"P1Y2M3DT4H5M6.78S","h":{"k":"v"},"mo":12.34,"tz":"2024-01-31T11:45:30.123Z"}`},
 		{"string-base64-iso", map[string]string{KeyDecimalMode: "string", KeyBinaryMode: "base64", KeyTimePrecision: "isostring"},
-			`{"id":1,"n":"12.50","b":"3q0=","d":"2024-01-31","t":"13:45:30.123456","ts":"2024-01-31T13:45:30.123456Z","i":37091106780000,"h":"{\"k\":\"v\"}","mo":"$12.34"}`},
+			`{"id":1,"n":"12.50","b":"3q0=","d":"2024-01-31","t":"13:45:30.123456","ts":"2024-01-31T13:45:30.123456Z","i":37091106780000,"h":"{\"k\":\"v\"}","mo":"$12.34","tz":"2024-01-31T11:45:30.123Z"}`},
 		{"adaptive-time-micros-urlsafe", map[string]string{KeyBinaryMode: "base64-url-safe", KeyTimePrecision: "adaptive_time_microseconds"},
-			`{"id":1,"n":"12.50","b":"3q0=","d":19753,"t":49530123456,"ts":1706708730123456,"i":37091106780000,"h":"{\"k\":\"v\"}","mo":"$12.34"}`},
+			`{"id":1,"n":"12.50","b":"3q0=","d":19753,"t":49530123456,"ts":1706708730123456,"i":37091106780000,"h":"{\"k\":\"v\"}","mo":"$12.34","tz":"2024-01-31T11:45:30.123Z"}`},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -202,5 +209,34 @@ func TestValueModes(t *testing.T) {
 				t.Errorf("got  %s\nwant %s", got, c.want)
 			}
 		})
+	}
+}
+
+// table.decode's fast path for timestamptz (the session's UTC, into the batch's slab) gives
+// what the column's decoder gives, value or error, in every time.precision.mode and for every
+// form the server may send: fractions or none, the edges of the range, infinities, BC dates,
+// other offsets, malformed text.
+func TestTimestamptzFastPath(t *testing.T) {
+	ins := []string{
+		"2024-01-31 11:45:30.12+00", "2024-01-31 11:45:30+00", "2024-01-31 11:45:30.123456+00",
+		"1969-12-31 23:59:59.999999+00", "0001-01-01 00:00:00+00", "294276-12-31 23:59:59.999999+00",
+		"infinity", "-infinity", "0044-03-15 12:00:00+00 BC", "2024-01-31 13:45:30.12+02",
+		"2024-01-31 11:45:30+05:30", "2024-01-31 11:45:30-00", "2024-01-31 11:45:30+00:00",
+		"1800-01-01 00:00:00-00:01:15", "2024-02-30 00:00:00+00", "garbage+00", "2024-01-31 11:45:30.+00",
+	}
+	for _, mode := range []string{"adaptive", "adaptive_time_microseconds", "connect", "isostring"} {
+		d := newTypeDecoders(&settings{timeMode: mode}, nil)
+		dec, err := d.decoder(context.Background(), pgtype.TimestamptzOID, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range ins {
+			want, werr := dec([]byte(in))
+			tb := &table{cols: []column{{name: "c", decode: dec, fast: fastKind(dec, pgtype.TimestamptzOID)}}, vals: make([]any, 1), kind: make([]byte, 1), slab: &connect.Slab{}}
+			gerr := tb.decode(func(int) (byte, []byte) { return kindText, []byte(in) })
+			if (werr != nil) != (gerr != nil) || !reflect.DeepEqual(tb.vals[0], want) {
+				t.Errorf("%s %q: fast %#v (%v), decoder %#v (%v)", mode, in, tb.vals[0], gerr, want, werr)
+			}
+		}
 	}
 }
