@@ -196,3 +196,17 @@ func TestOpString(t *testing.T) {
 		t.Errorf("invalid op renders %q", got)
 	}
 }
+
+// Boxed gives every op's letter, as String does, without an allocation.
+func TestOpBoxed(t *testing.T) {
+	for _, op := range []Op{OpCreate, OpUpdate, OpDelete, OpRead, OpTruncate, Op(0), Op('x')} {
+		if got := op.Boxed(); got != op.String() {
+			t.Errorf("%v.Boxed() = %v, want %q", op, got, op.String())
+		}
+	}
+	var sink any
+	if n := testing.AllocsPerRun(100, func() { sink = OpTruncate.Boxed() }); n != 0 {
+		t.Errorf("%v allocations, want 0", n)
+	}
+	_ = sink
+}

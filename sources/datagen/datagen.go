@@ -235,11 +235,6 @@ func (s Settings) Records(n int64) []connect.Record {
 	return newGen(s).appendRecords(nil, &b, n)
 }
 
-// Op values and envelope fields, boxed once.
-var (
-	opAny = map[connect.Op]any{connect.OpCreate: "c", connect.OpUpdate: "u", connect.OpDelete: "d"}
-)
-
 // batchMem is where one batch's records are built: values, rows and strings from a Slab,
 // Orders cut from one byte chunk, so that a batch costs a few allocations, not a dozen per
 // event. A new one per batch (see connect.Slab).
@@ -293,7 +288,7 @@ func (g *gen) appendRecords(dst []connect.Record, b *batchMem, n int64) []connec
 	value[0] = connect.Field{Name: connect.FieldBefore, Value: before}
 	value[1] = connect.Field{Name: connect.FieldAfter, Value: after}
 	value[2] = connect.Field{Name: connect.FieldSource, Value: sl.Row(source)}
-	value[3] = connect.Field{Name: connect.FieldOp, Value: opAny[op]}
+	value[3] = connect.Field{Name: connect.FieldOp, Value: op.Boxed()}
 	value[4] = connect.Field{Name: connect.FieldTsMs, Value: tsv}
 	topic := g.topics[t]
 	at := time.UnixMilli(ts).UTC()

@@ -106,26 +106,9 @@ func (b *block) envelope(bx *boxer, before, after connect.Row, source any, op co
 	e[0] = connect.Field{Name: connect.FieldBefore, Value: bx.row(before)}
 	e[1] = connect.Field{Name: connect.FieldAfter, Value: bx.row(after)}
 	e[2] = connect.Field{Name: connect.FieldSource, Value: source}
-	e[3] = connect.Field{Name: connect.FieldOp, Value: opValue(op)}
+	e[3] = connect.Field{Name: connect.FieldOp, Value: op.Boxed()}
 	e[4] = connect.Field{Name: connect.FieldTsMs, Value: tsMs}
 	return bx.row(e)
-}
-
-// opValue is the op letter as a boxed constant (no allocation).
-func opValue(op connect.Op) any {
-	switch op {
-	case connect.OpCreate:
-		return "c"
-	case connect.OpUpdate:
-		return "u"
-	case connect.OpDelete:
-		return "d"
-	case connect.OpRead:
-		return "r"
-	case connect.OpTruncate:
-		return "t"
-	}
-	return op.String()
 }
 
 // boxedInts holds int64 values 0..4095 boxed once: row numbers, counters and small column

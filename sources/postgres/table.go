@@ -258,23 +258,6 @@ type event struct {
 	srcTs, srcSeq, srcTx, srcLSN any // a stream record's own source fields
 }
 
-// opName returns the op letter, boxed without an allocation (a constant).
-func opName(op connect.Op) any {
-	switch op {
-	case connect.OpCreate:
-		return "c"
-	case connect.OpUpdate:
-		return "u"
-	case connect.OpDelete:
-		return "d"
-	case connect.OpRead:
-		return "r"
-	case connect.OpTruncate:
-		return "t"
-	}
-	return string(op)
-}
-
 // record builds the connect.Record of an event. The value is ChangeEvent.Row()'s shape, built
 // directly so that the per-batch processing time is boxed once.
 func (s *Source) record(t *table, ev *event) connect.Record {
@@ -306,7 +289,7 @@ func (s *Source) record(t *table, ev *event) connect.Record {
 	}
 	env[0] = connect.Field{Name: connect.FieldBefore, Value: t.rowOrNil(ev.before)}
 	env[1] = connect.Field{Name: connect.FieldAfter, Value: t.rowOrNil(ev.after)}
-	env[3] = connect.Field{Name: connect.FieldOp, Value: opName(ev.op)}
+	env[3] = connect.Field{Name: connect.FieldOp, Value: ev.op.Boxed()}
 	env[4] = connect.Field{Name: connect.FieldTsMs, Value: s.nowMs}
 	r.Value = t.boxRow(env)
 	if len(ev.unchanged) > 0 {
