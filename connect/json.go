@@ -85,11 +85,7 @@ func AppendJSONMemo(dst []byte, v any, m *JSONMemo) ([]byte, error) {
 	dst = append(dst, '{')
 	var err error
 	for i := range x {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendString(dst, x[i].Name)
-		dst = append(dst, ':')
+		dst = appendFieldName(dst, i, x[i].Name)
 		r, ok := x[i].Value.(Row)
 		if !ok || len(r) == 0 || i >= memoSlots {
 			if dst, err = appendValue(dst, x[i].Value, 1); err != nil {
@@ -205,11 +201,7 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 		dst = append(dst, '{')
 		var err error
 		for i := range x {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendString(dst, x[i].Name)
-			dst = append(dst, ':')
+			dst = appendFieldName(dst, i, x[i].Name)
 			if dst, err = appendValue(dst, x[i].Value, depth+1); err != nil {
 				return dst, err
 			}
@@ -240,6 +232,16 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 	default:
 		return dst, fmt.Errorf("value of type %T is outside the data model", v)
 	}
+}
+
+// appendFieldName appends the name of a Row's i-th field and its colon, after a comma unless
+// it is the first.
+func appendFieldName(dst []byte, i int, name string) []byte {
+	if i > 0 {
+		dst = append(dst, ',')
+	}
+	dst = appendString(dst, name)
+	return append(dst, ':')
 }
 
 func appendFloat(dst []byte, f float64, bits int) []byte {
