@@ -15,6 +15,13 @@ type Batch struct {
 	// Order is at least that of the batch's last record, and its State must be set (records'
 	// States may be empty).
 	Position Position
+	// Release, if set, is called by the runtime once it reads none of the batch's records
+	// any more (their Keys, Values and Headers are transformed and encoded), at most once, from
+	// another goroutine than Read's. The source may then reuse that memory for a later batch,
+	// which spares it allocating and clearing fresh memory for every batch. The Positions of
+	// the batch and of its records stay in use after Release: their memory must not be reused.
+	// A caller that never calls Release (a test, a tool) only costs the source fresh memory.
+	Release func()
 }
 
 // Source captures changes from a system into records.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/sluice-cdc/sluice/connect"
 )
@@ -59,7 +60,15 @@ func (a *arena) encodeHeaders(hs []LogHeader, r *connect.Record) ([]LogHeader, [
 		if h.Key == connect.HeaderVersion {
 			continue
 		}
-		hs = append(hs, LogHeader{Key: h.Key, Value: h.Value})
+		// copied: the source may reuse the record's memory once the batch is routed
+		// (connect.Batch.Release)
+		b := len(a.buf)
+		a.buf = append(a.buf, h.Value...)
+		v := a.take(b)
+		if h.Value == nil {
+			v = nil
+		}
+		hs = append(hs, LogHeader{Key: strings.Clone(h.Key), Value: v})
 	}
 	if r.Version != 0 {
 		b := len(a.buf)

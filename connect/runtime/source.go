@@ -95,11 +95,12 @@ type sourceTask struct {
 	prompt PromptCommitter // the source, if it asks for prompt commits
 
 	// Router-only state.
-	floor     map[TopicPartition][]byte // Order of the last record stored per partition
-	skipped   int64                     // replayed records dropped since the start
-	resumed   bool                      // a record above the floor was routed
-	lastTopic string                    // of the last routed record (active topics)
-	memo      connect.JSONMemo          // renderings of Rows the routed batch's values share
+	floor      map[TopicPartition][]byte // Order of the last record stored per partition
+	skipped    int64                     // replayed records dropped since the start
+	resumed    bool                      // a record above the floor was routed
+	lastTopic  string                    // of the last routed record (active topics), the task's copy
+	topicNames map[string]string         // the task's copies of topic names, by name
+	memo       connect.JSONMemo          // renderings of Rows the routed batch's values share
 }
 
 func (c *connector) runSource(ctx, force context.Context) error {
@@ -127,8 +128,9 @@ func (c *connector) runSource(ctx, force context.Context) error {
 	}
 	t := &sourceTask{
 		c: c, log: log, prod: prod, src: src, spec: spec,
-		policy: newErrorPolicy(c.Name, c.Config, c.logger, &c.rejected),
-		floor:  map[TopicPartition][]byte{},
+		policy:     newErrorPolicy(c.Name, c.Config, c.logger, &c.rejected),
+		floor:      map[TopicPartition][]byte{},
+		topicNames: map[string]string{},
 	}
 	t.prompt, _ = src.(PromptCommitter)
 	c.setLive(src, prod.id, committed)
@@ -210,6 +212,10 @@ func (t *sourceTask) read(readCtx, gctx context.Context, out chan<- connect.Batc
 	}
 }
 
+// maxTopicNames bounds the topic names a source task keeps copies of (a transform may route
+// by a value); past it, a name is copied whenever the topic changes.
+const maxTopicNames = 4096
+
 // routeLoop is the router: it encodes each batch the reader hands over into a free
 // sourceBatch, in order, until the reader is done.
 func (t *sourceTask) routeLoop(ctx context.Context, free <-chan *sourceBatch, in <-chan connect.Batch, out chan<- *sourceBatch) error {
@@ -223,6 +229,9 @@ func (t *sourceTask) routeLoop(ctx context.Context, free <-chan *sourceBatch, in
 		b.reset()
 		if err := t.route(batch, b); err != nil {
 			return err
+		}
+		if batch.Release != nil {
+			batch.Release() // b holds copies of everything route read, batch.Position aside
 		}
 		select {
 		case out <- b:
@@ -276,13 +285,23 @@ func (t *sourceTask) add(b *sourceBatch, r *connect.Record) error {
 	if r.Topic == "" {
 		return t.reject(b, r, stageProduce, t.c.Plugin.Class(), errors.New("record has no topic"))
 	}
-	n, err := t.c.rt.topics.partitions(r.Topic, t.spec)
+	if r.Topic != t.lastTopic {
+		// the runtime keeps topic names (maps, floors) past the batch, whose memory the
+		// source may reuse (a transform may take a topic from a value): its own copy
+		name, ok := t.topicNames[r.Topic]
+		if !ok {
+			name = strings.Clone(r.Topic)
+			if len(t.topicNames) < maxTopicNames {
+				t.topicNames[name] = name
+			}
+		}
+		t.lastTopic = name
+		t.c.useTopic(name)
+	}
+	topic := t.lastTopic
+	n, err := t.c.rt.topics.partitions(topic, t.spec)
 	if err != nil {
 		return err
-	}
-	if r.Topic != t.lastTopic {
-		t.lastTopic = r.Topic
-		t.c.useTopic(r.Topic)
 	}
 	key, err := b.arena.encodeKey(r.Key)
 	if err != nil {
@@ -298,7 +317,7 @@ func (t *sourceTask) add(b *sourceBatch, r *connect.Record) error {
 	default:
 		part = wal.Partition(key, n)
 	}
-	tp := TopicPartition{Topic: r.Topic, Partition: part}
+	tp := TopicPartition{Topic: topic, Partition: part}
 	if drop, err := t.replayed(tp, r.Position.Order); err != nil || drop {
 		return err
 	}
@@ -357,7 +376,7 @@ func (t *sourceTask) reject(b *sourceBatch, r *connect.Record, stage, class stri
 		rj.value, _ = connect.AppendJSON(nil, r.Value)
 	}
 	for _, h := range r.Headers {
-		rj.headers = append(rj.headers, LogHeader{Key: h.Key, Value: h.Value})
+		rj.headers = append(rj.headers, LogHeader{Key: strings.Clone(h.Key), Value: bytes.Clone(h.Value)})
 	}
 	dl, ok, err := t.policy.handle(rj)
 	if err != nil || !ok {

@@ -22,6 +22,10 @@ import (
 // point nowhere back, so their slabs carry over.
 //
 // A boxer belongs to one goroutine. The zero boxer is ready; a nil *boxer boxes the usual way.
+//
+// With a recycler, every slab comes from it and belongs to a generation: reset starts new ones
+// for ints, strings and data too, and the generation's slabs are held for the batch's Release
+// (see recycler.batch), after which they are written again.
 type boxer struct {
 	ints  []int64
 	strs  []string
@@ -29,13 +33,26 @@ type boxer struct {
 
 	rows           []connect.Row
 	rowsUsed, next int
+
+	rc   *recycler
+	held generation // the generation's slabs (with rc)
 }
 
-// reset starts a new generation of row slabs.
+// reset starts a new generation of row slabs (of every slab, with a recycler).
 func (b *boxer) reset() {
 	b.next = min(max(b.rowsUsed, 16), boxSlab)
 	b.rowsUsed = 0
 	b.rows = nil
+	if b.rc != nil {
+		b.ints, b.strs, b.bytes = nil, nil, nil
+		b.held = generation{}
+	}
+}
+
+// detach moves the generation's slabs to g.
+func (b *boxer) detach(g *generation) {
+	g.rows, g.ints, g.strs, g.bytes = b.held.rows, b.held.ints, b.held.strs, b.held.bytes
+	b.held = generation{}
 }
 
 const (
@@ -66,7 +83,12 @@ func (b *boxer) int(n int64) any {
 		return boxInt(n)
 	}
 	if len(b.ints) == cap(b.ints) {
-		b.ints = make([]int64, 0, boxSlab)
+		if b.rc == nil {
+			b.ints = make([]int64, 0, boxSlab)
+		} else {
+			b.ints = b.rc.ints.get(boxSlab)
+			b.held.ints = append(b.held.ints, b.ints)
+		}
 	}
 	b.ints = append(b.ints, n)
 	return boxAt(typInt64, unsafe.Pointer(&b.ints[len(b.ints)-1]))
@@ -78,7 +100,12 @@ func (b *boxer) str(s string) any {
 		return s
 	}
 	if len(b.strs) == cap(b.strs) {
-		b.strs = make([]string, 0, boxSlab)
+		if b.rc == nil {
+			b.strs = make([]string, 0, boxSlab)
+		} else {
+			b.strs = b.rc.strs.get(boxSlab)
+			b.held.strs = append(b.held.strs, b.strs)
+		}
 	}
 	b.strs = append(b.strs, s)
 	return boxAt(typString, unsafe.Pointer(&b.strs[len(b.strs)-1]))
@@ -93,7 +120,12 @@ func (b *boxer) row(r connect.Row) any {
 		return r
 	}
 	if len(b.rows) == cap(b.rows) {
-		b.rows = make([]connect.Row, 0, max(b.next, 16))
+		if b.rc == nil {
+			b.rows = make([]connect.Row, 0, max(b.next, 16))
+		} else {
+			b.rows = b.rc.rows.get(boxSlab)
+			b.held.rows = append(b.held.rows, b.rows)
+		}
 	}
 	b.rowsUsed++
 	b.rows = append(b.rows, r)
@@ -109,7 +141,12 @@ func (b *boxer) string(p []byte) string {
 		return ""
 	}
 	if cap(b.bytes)-len(b.bytes) < len(p) {
-		b.bytes = make([]byte, 0, bytesSlab)
+		if b.rc == nil {
+			b.bytes = make([]byte, 0, bytesSlab)
+		} else {
+			b.bytes = b.rc.bytes.get(bytesSlab)
+			b.held.bytes = append(b.held.bytes, b.bytes)
+		}
 	}
 	start := len(b.bytes)
 	b.bytes = append(b.bytes, p...)

@@ -55,14 +55,21 @@ type block struct {
 // generation at every batch, so that a batch's records point only into its own slabs (and to
 // memory of their own, such as a shared source block); a slab is sized from the last batch's
 // needs, so small batches stay small.
+//
+// With a recycler, slabs come from it, are all of the largest size, and the slabs of a
+// generation are held for the batch's Release (see recycler.batch).
 type fieldArena struct {
 	buf        []connect.Field
 	used, next int
+	rc         *recycler
+	held       [][]connect.Field // the generation's slabs (with rc)
 }
 
 const (
 	minFieldSlab = 64
-	maxFieldSlab = 1024 // 32 KiB: a small object, recycled without the heap lock
+	// 1023 fields, 32,736 bytes: with the 8-byte header of an object holding pointers, still
+	// a small object, recycled without the heap lock (1024 would be a large one)
+	maxFieldSlab = 1023
 )
 
 // reset starts a new generation of slabs.
@@ -70,16 +77,27 @@ func (a *fieldArena) reset() {
 	a.next = min(max(a.used, minFieldSlab), maxFieldSlab)
 	a.used = 0
 	a.buf = nil
+	a.held = nil
 }
 
 // take cuts n fields from a.
 func (a *fieldArena) take(n int) connect.Row {
 	if len(a.buf) < n {
-		a.buf = make([]connect.Field, max(a.next, minFieldSlab, n))
+		if a.rc == nil {
+			a.buf = make([]connect.Field, max(a.next, minFieldSlab, n))
+		} else {
+			slab := a.rc.fields.get(max(maxFieldSlab, n))
+			slab = slab[:cap(slab)]
+			a.held = append(a.held, slab)
+			a.buf = slab
+		}
 	}
 	a.used += n
 	r := a.buf[:n:n]
 	a.buf = a.buf[n:]
+	if a.rc != nil {
+		clear(r) // a recycled slab holds an earlier batch's fields
+	}
 	return r
 }
 

@@ -75,12 +75,30 @@ type rowSet struct {
 	n     int
 	cells []cell
 	data  []byte
-	err   error // the fetcher failed: no rows, the error goes to read in turn
+	slabs [][]byte  // the data slabs the set's values point into (with rc)
+	rc    *recycler // where data slabs come from, nil for fresh ones
+	err   error     // the fetcher failed: no rows, the error goes to read in turn
 }
 
 func (rs *rowSet) row(i int) []cell {
 	nc := len(rs.t.cols)
 	return rs.cells[i*nc : (i+1)*nc : (i+1)*nc]
+}
+
+// text copies b into the set's data.
+func (rs *rowSet) text(b []byte) []byte {
+	if cap(rs.data)-len(rs.data) < len(b) {
+		// a new slab; the cells cut from the old one keep it
+		if rs.rc == nil {
+			rs.data = make([]byte, 0, max(2*cap(rs.data), len(b), 4096))
+		} else {
+			rs.data = rs.rc.bytes.get(max(bytesSlab, len(b)))
+			rs.slabs = append(rs.slabs, rs.data)
+		}
+	}
+	start := len(rs.data)
+	rs.data = append(rs.data, b...)
+	return rs.data[start:len(rs.data):len(rs.data)]
 }
 
 // add copies a fetched row into the set.
@@ -94,14 +112,7 @@ func (rs *rowSet) add(row []gomysql.FieldValue) {
 		case gomysql.FieldValueTypeFloat:
 			c.bits = math.Float64bits(fv.AsFloat64())
 		case gomysql.FieldValueTypeString:
-			b := fv.AsString()
-			if cap(rs.data)-len(rs.data) < len(b) {
-				// a new slab; the cells cut from the old one keep it
-				rs.data = make([]byte, 0, max(2*cap(rs.data), len(b), 4096))
-			}
-			start := len(rs.data)
-			rs.data = append(rs.data, b...)
-			c.str = rs.data[start:len(rs.data):len(rs.data)]
+			c.str = rs.text(fv.AsString())
 		}
 		rs.cells = append(rs.cells, c)
 	}
@@ -110,8 +121,9 @@ func (rs *rowSet) add(row []gomysql.FieldValue) {
 
 // snapItem is one batch of a converter, or the error that ends the snapshot.
 type snapItem struct {
-	recs []connect.Record
-	err  error
+	recs    []connect.Record
+	release func() // the batch's Release
+	err     error
 }
 
 // start starts the fetcher and the converters.
@@ -122,12 +134,14 @@ func (sn *snapshotter) start() {
 	k := min(max(runtime.GOMAXPROCS(0), 1), 4)
 	perChunk := sn.s.cfg.fetchSize/sn.s.cfg.maxBatch + 1
 	sn.spare = make(chan []cell, k+1)
+	sn.rc = &recycler{}
 	for range k {
 		in := make(chan *rowSet, perChunk/k+1)
 		out := make(chan snapItem, 1)
 		sn.ins = append(sn.ins, in)
 		sn.outs = append(sn.outs, out)
-		cv := &converter{sn: sn}
+		cv := &converter{sn: sn, rc: sn.rc}
+		cv.fields.rc, cv.bx.rc = cv.rc, cv.rc
 		sn.wg.Add(1)
 		go func() {
 			defer sn.wg.Done()
@@ -175,12 +189,12 @@ func (sn *snapshotter) read(ctx context.Context) (connect.Batch, bool, error) {
 		case it, ok := <-sn.outs[sn.next]:
 			if !ok {
 				// the converter next in turn has no more: nor has any other
-				recs := sn.held
-				sn.held = nil
+				recs, release := sn.held, sn.heldRelease
+				sn.held, sn.heldRelease = nil, nil
 				if n := len(recs); n > 0 {
 					markLast(&recs[n-1])
 				}
-				return batchOf(recs), true, nil
+				return batchOf(recs, release), true, nil
 			}
 			sn.next = (sn.next + 1) % len(sn.outs)
 			if it.err != nil {
@@ -190,10 +204,10 @@ func (sn *snapshotter) read(ctx context.Context) (connect.Batch, bool, error) {
 			if len(it.recs) == 0 {
 				continue
 			}
-			recs := sn.held
-			sn.held = it.recs
+			recs, release := sn.held, sn.heldRelease
+			sn.held, sn.heldRelease = it.recs, it.release
 			if recs != nil {
-				return batchOf(recs), false, nil
+				return batchOf(recs, release), false, nil
 			}
 		case <-ctx.Done():
 			return connect.Batch{}, false, ctx.Err()
@@ -201,8 +215,8 @@ func (sn *snapshotter) read(ctx context.Context) (connect.Batch, bool, error) {
 	}
 }
 
-func batchOf(recs []connect.Record) connect.Batch {
-	b := connect.Batch{Records: recs}
+func batchOf(recs []connect.Record, release func()) connect.Batch {
+	b := connect.Batch{Records: recs, Release: release}
 	if n := len(recs); n > 0 {
 		b.Position = recs[n-1].Position
 	}
@@ -241,11 +255,14 @@ func (sn *snapshotter) newSet(t *table, mode int, trunc bool, rows int) *rowSet 
 	if need := rows * len(t.cols); cap(cells) < need {
 		cells = make([]cell, 0, need)
 	}
-	return &rowSet{
+	rs := &rowSet{
 		t: t, mode: mode, ti: sn.ti, rows0: sn.rows, run: sn.run, trunc: trunc, src: sn.srcBox,
-		cells: cells[:0],
-		data:  make([]byte, 0, max(sn.dataHint, 4096)),
+		cells: cells[:0], rc: sn.rc,
 	}
+	if sn.rc == nil {
+		rs.data = make([]byte, 0, max(sn.dataHint, 4096))
+	}
+	return rs
 }
 
 // chunk reads the next chunk of the current table into row sets.
@@ -368,6 +385,7 @@ func (sn *snapshotter) publishProgress() {
 // converter turns row sets into batches; each has its own slabs.
 type converter struct {
 	sn      *snapshotter
+	rc      *recycler // the slabs of released batches
 	fields  fieldArena
 	bx      boxer
 	arena   posArena
@@ -380,7 +398,7 @@ func (cv *converter) run(ctx context.Context, in <-chan *rowSet, out chan<- snap
 		if rs.err != nil {
 			it.err = rs.err
 		} else {
-			it.recs, it.err = cv.convert(rs)
+			it.recs, it.release, it.err = cv.convert(rs)
 			cv.sn.s.stats.events.Add(int64(len(it.recs)))
 			clear(rs.cells) // no string data kept alive by a spare
 			select {
@@ -400,7 +418,7 @@ func (cv *converter) run(ctx context.Context, in <-chan *rowSet, out chan<- snap
 }
 
 // convert makes the batch of a row set.
-func (cv *converter) convert(rs *rowSet) ([]connect.Record, error) {
+func (cv *converter) convert(rs *rowSet) ([]connect.Record, func(), error) {
 	sn := cv.sn
 	s := sn.s
 	opts := &s.opts
@@ -414,7 +432,7 @@ func (cv *converter) convert(rs *rowSet) ([]connect.Record, error) {
 	if rs.trunc {
 		n++
 	}
-	recs := make([]connect.Record, 0, n)
+	recs := cv.rc.records(n)
 	if rs.trunc {
 		recs = append(recs, cv.truncateRecord(rs))
 	}
@@ -433,7 +451,7 @@ func (cv *converter) convert(rs *rowSet) ([]connect.Record, error) {
 			}
 			v, err := c.snapshotValue(&row[i], opts, &cv.bx)
 			if err != nil {
-				return nil, fmt.Errorf("snapshot %s: %w", id, err)
+				return nil, nil, fmt.Errorf("snapshot %s: %w", id, err)
 			}
 			if c.mask != nil {
 				v = c.mask(v)
@@ -453,7 +471,7 @@ func (cv *converter) convert(rs *rowSet) ([]connect.Record, error) {
 				}
 				v, err := c.snapshotValue(&row[i], opts, &cv.bx)
 				if err != nil {
-					return nil, fmt.Errorf("snapshot %s: key: %w", id, err)
+					return nil, nil, fmt.Errorf("snapshot %s: key: %w", id, err)
 				}
 				blk.key[j] = connect.Field{Name: c.name, Value: v}
 			}
@@ -462,17 +480,19 @@ func (cv *converter) convert(rs *rowSet) ([]connect.Record, error) {
 		recs = append(recs, connect.Record{
 			Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started,
 			Key: key, Value: blk.envelope(&cv.bx, nil, blk.after, rs.src, connect.OpRead, nowMs),
-			Version: ver, Position: cv.position(rs, row, rs.rows0+int64(r)+1),
+			Version: ver, Position: cv.position(rs, row, rs.rows0+int64(r)+1, r == rs.n-1),
 		})
 	}
-	return recs, nil
+	return recs, cv.rc.batch(&cv.fields, &cv.bx, recs, rs.slabs), nil
 }
 
-// position is the position right after a row, the rows-th of its table.
-func (cv *converter) position(rs *rowSet, row []cell, rows int64) connect.Position {
+// position is the position right after a row, the rows-th of its table. Only the batch's
+// last record, whose Position becomes the batch's, gets a State (connect.Position: the runtime
+// resumes only from a batch's).
+func (cv *converter) position(rs *rowSet, row []cell, rows int64, withState bool) connect.Position {
 	sn, t := cv.sn, rs.t
 	cv.keyJSON = cv.keyJSON[:0]
-	if rs.mode != keyless {
+	if rs.mode != keyless && withState {
 		for j, i := range t.order {
 			if j > 0 {
 				cv.keyJSON = append(cv.keyJSON, ',')
@@ -499,6 +519,9 @@ func (cv *converter) position(rs *rowSet, row []cell, rows int64) connect.Positi
 		a.buf = binary.BigEndian.AppendUint64(a.buf, uint64(rows))
 	}
 	order := a.cut(start)
+	if !withState {
+		return connect.Position{Order: order}
+	}
 	start = len(a.buf)
 	a.buf = appendSnapState(a.buf, sn.epoch, rs.ti, cv.keyJSON, rows, rs.run)
 	return connect.Position{Order: order, State: a.cut(start)}

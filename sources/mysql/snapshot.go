@@ -68,12 +68,13 @@ type snapshotter struct {
 	tables  []*table
 
 	// the pipeline (snapread.go), after open
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	outs   []chan snapItem  // the converters' batches, read in turn
-	next   int              // the converter whose batch comes next
-	held   []connect.Record // the last batch, held back until a later one exists
-	err    error            // the pipeline's error, returned by every later read
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	outs        []chan snapItem  // the converters' batches, read in turn
+	next        int              // the converter whose batch comes next
+	held        []connect.Record // the last batch, held back until a later one exists
+	heldRelease func()           // its Release
+	err         error            // the pipeline's error, returned by every later read
 
 	// owned by the fetcher
 	ti       int
@@ -85,6 +86,7 @@ type snapshotter struct {
 	progress map[string][2]int64
 	ins      []chan *rowSet // the converters' inputs, fed in turn
 	spare    chan []cell    // cells of converted row sets, for new ones
+	rc       *recycler      // the slabs of routed batches, for new ones
 	turn     int            // the converter the next row set goes to
 	srcFor   *table         // the table whose shared source block is srcBox
 	srcBox   any
