@@ -279,11 +279,16 @@ func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
-		c := s[i]
-		if plainASCII[c] {
-			i++
-			continue
+		for i+8 <= len(s) && plainWord(load64(s[i:])) {
+			i += 8
 		}
+		for i < len(s) && plainASCII[s[i]] {
+			i++
+		}
+		if i == len(s) {
+			break
+		}
+		c := s[i]
 		if c < utf8.RuneSelf {
 			dst = append(dst, s[start:i]...)
 			switch c {
@@ -806,6 +811,24 @@ func (p *parser) str() ([]byte, error) {
 		}
 	}
 	return nil, p.errorf("unterminated string")
+}
+
+// load64 is the little-endian word of the first 8 bytes of s (one load on the usual targets).
+func load64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// plainWord reports whether all 8 bytes of w are plainASCII, testing them at once: none below
+// 0x20, none at or above 0x80, none a quote or a backslash. (x-0x01..)&^x&0x80.. is non-zero
+// exactly when a byte of x is zero, and (x-n*0x01..)&^x&0x80.. when one is below n (n <= 128).
+func plainWord(w uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	quote := w ^ ones*'"'
+	backslash := w ^ ones*'\\'
+	special := (w-ones*0x20)&^w | (quote-ones)&^quote | (backslash-ones)&^backslash | w
+	return special&highs == 0
 }
 
 // plainASCII marks the bytes a JSON string holds as they are: printable ASCII but the quote

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -418,5 +419,74 @@ func TestAppendJSONMemoAllocs(t *testing.T) {
 	i := 150
 	if n := testing.AllocsPerRun(100, func() { buf, _ = AppendJSONMemo(buf[:0], evs[i], &m); i++ }); n != 0 {
 		t.Fatalf("%v allocations per event, want 0", n)
+	}
+}
+
+// appendStringBytewise is appendString's escaping one byte at a time, the reference for its
+// word-at-a-time skipping of plain runs.
+func appendStringBytewise(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case plainASCII[c]:
+			dst = append(dst, c)
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c == '\n':
+			dst = append(dst, '\\', 'n')
+		case c == '\r':
+			dst = append(dst, '\\', 'r')
+		case c == '\t':
+			dst = append(dst, '\\', 't')
+		case c < utf8.RuneSelf:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			switch {
+			case r == utf8.RuneError && size == 1:
+				dst = append(dst, `\ufffd`...)
+			case r == '\u2028' || r == '\u2029':
+				dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			default:
+				dst = append(dst, s[i:i+size]...)
+			}
+			i += size
+			continue
+		}
+		i++
+	}
+	return append(dst, '"')
+}
+
+// Every byte that needs escaping (or starts a multi-byte rune) is found wherever it sits in
+// the 8-byte words appendString skips plain runs by, and next to every other.
+func TestAppendStringWords(t *testing.T) {
+	specials := []string{"\"", "\\", "\n", "\x00", "\x1f", "\x7f", " ", "~", "é", "\u2028", "\xff", "\xe2\x80", "€"}
+	plain := "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ"
+	check := func(s string) {
+		t.Helper()
+		if got, want := appendString(nil, s), appendStringBytewise(nil, s); string(got) != string(want) {
+			t.Fatalf("appendString(%q) = %s, want %s", s, got, want)
+		}
+	}
+	for n := 0; n <= 40; n++ {
+		check(plain[:n])
+		for at := 0; at <= n; at++ {
+			for _, sp := range specials {
+				check(plain[:at] + sp + plain[at:n])
+				for _, sp2 := range specials {
+					check(plain[:at] + sp + sp2 + plain[at:n])
+				}
+			}
+		}
+	}
+	// every byte value alone in every lane of a word
+	for c := 0; c < 256; c++ {
+		for at := 0; at < 16; at++ {
+			b := []byte(plain[:16])
+			b[at] = byte(c)
+			check(string(b))
+		}
 	}
 }
