@@ -317,7 +317,7 @@ func drainSource(b *testing.B, raw map[string]string, file string, pos uint32, w
 // intoLog runs the source under the runtime into a fresh log (fsync on) until topic holds
 // want records, and returns how long that took.
 func intoLog(b *testing.B, raw map[string]string, topic string, want int64) time.Duration {
-	l, err := wal.Open(b.TempDir(), wal.Options{})
+	l, err := wal.Open(b.TempDir(), walOpts())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -452,4 +452,13 @@ func snapshotAlone(b *testing.B, m *harness.MariaDB, db string) time.Duration {
 		}
 	}
 	return time.Since(t0)
+}
+
+// walOpts returns the log options of the benchmark: the default fsync, or no fsync with
+// SLUICE_BENCH_NOSYNC=1 (to see how much of the time into the log is the wait for the disk).
+func walOpts() wal.Options {
+	if os.Getenv("SLUICE_BENCH_NOSYNC") == "1" {
+		return wal.Options{Fsync: wal.UnsafeFsyncNever}
+	}
+	return wal.Options{}
 }

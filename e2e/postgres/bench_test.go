@@ -148,7 +148,7 @@ func sourceDrain(b *testing.B, cfg map[string]string, want int) time.Duration {
 // logDrain runs the source under the runtime into a fresh log (fsync on) until the topic
 // holds want records.
 func logDrain(b *testing.B, cfg map[string]string, topic string, want int64) time.Duration {
-	l, err := wal.Open(b.TempDir(), wal.Options{})
+	l, err := wal.Open(b.TempDir(), walOpts())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -258,4 +258,13 @@ func BenchmarkSnapshot(b *testing.B) {
 		b.ReportMetric(copyTook.Seconds()/intoLog.Seconds(), "log/copy")
 		b.ReportMetric(peakRSSMiB(), "peak_rss_MiB")
 	}
+}
+
+// walOpts returns the log options of the benchmark: the default fsync, or no fsync with
+// SLUICE_BENCH_NOSYNC=1 (to see how much of the time into the log is the wait for the disk).
+func walOpts() wal.Options {
+	if os.Getenv("SLUICE_BENCH_NOSYNC") == "1" {
+		return wal.Options{Fsync: wal.UnsafeFsyncNever}
+	}
+	return wal.Options{}
 }
