@@ -23,9 +23,10 @@ import (
 //
 // A boxer belongs to one goroutine. The zero boxer is ready; a nil *boxer boxes the usual way.
 //
-// With a recycler, every slab comes from it and belongs to a generation: reset starts new ones
-// for ints, strings and data too, and the generation's slabs are held for the batch's Release
-// (see recycler.batch), after which they are written again.
+// With a recycler (rc), row slabs come from it and are held for the batch's Release (see
+// recycler.batch), after which they are written again. With vrc too, so are the slabs of ints,
+// strings and data: reset then starts new ones, so nothing boxed for one batch may be used by
+// a later one (the binlog stream boxes values it shares across batches, the snapshot none).
 type boxer struct {
 	ints  []int64
 	strs  []string
@@ -34,16 +35,16 @@ type boxer struct {
 	rows           []connect.Row
 	rowsUsed, next int
 
-	rc   *recycler
-	held generation // the generation's slabs (with rc)
+	rc, vrc *recycler
+	held    generation // the generation's slabs (with rc)
 }
 
-// reset starts a new generation of row slabs (of every slab, with a recycler).
+// reset starts a new generation of row slabs (of every slab, with vrc).
 func (b *boxer) reset() {
 	b.next = min(max(b.rowsUsed, 16), boxSlab)
 	b.rowsUsed = 0
 	b.rows = nil
-	if b.rc != nil {
+	if b.vrc != nil {
 		b.ints, b.strs, b.bytes = nil, nil, nil
 		b.held = generation{}
 	}
@@ -83,10 +84,10 @@ func (b *boxer) int(n int64) any {
 		return boxInt(n)
 	}
 	if len(b.ints) == cap(b.ints) {
-		if b.rc == nil {
+		if b.vrc == nil {
 			b.ints = make([]int64, 0, boxSlab)
 		} else {
-			b.ints = b.rc.ints.get(boxSlab)
+			b.ints = b.vrc.ints.get(boxSlab)
 			b.held.ints = append(b.held.ints, b.ints)
 		}
 	}
@@ -100,10 +101,10 @@ func (b *boxer) str(s string) any {
 		return s
 	}
 	if len(b.strs) == cap(b.strs) {
-		if b.rc == nil {
+		if b.vrc == nil {
 			b.strs = make([]string, 0, boxSlab)
 		} else {
-			b.strs = b.rc.strs.get(boxSlab)
+			b.strs = b.vrc.strs.get(boxSlab)
 			b.held.strs = append(b.held.strs, b.strs)
 		}
 	}
@@ -141,10 +142,10 @@ func (b *boxer) string(p []byte) string {
 		return ""
 	}
 	if cap(b.bytes)-len(b.bytes) < len(p) {
-		if b.rc == nil {
+		if b.vrc == nil {
 			b.bytes = make([]byte, 0, bytesSlab)
 		} else {
-			b.bytes = b.rc.bytes.get(bytesSlab)
+			b.bytes = b.vrc.bytes.get(bytesSlab)
 			b.held.bytes = append(b.held.bytes, b.bytes)
 		}
 	}

@@ -180,7 +180,7 @@ func BenchmarkSnapshotRows(b *testing.B) {
 			cv := &converter{sn: sn}
 			if recycled {
 				cv.rc = &recycler{}
-				cv.fields.rc, cv.bx.rc = cv.rc, cv.rc
+				cv.fields.rc, cv.bx.rc, cv.bx.vrc = cv.rc, cv.rc, cv.rc
 			}
 			b.ReportAllocs()
 			c0 := cpuTime()
@@ -252,7 +252,7 @@ func TestSnapshotRecycledBatches(t *testing.T) {
 	}
 	fresh := &converter{sn: sn}
 	recycled := &converter{sn: sn, rc: rc}
-	recycled.fields.rc, recycled.bx.rc = rc, rc
+	recycled.fields.rc, recycled.bx.rc, recycled.bx.vrc = rc, rc, rc
 	// a batch is compared and released two batches late, as by a runtime with batches in
 	// flight: its memory must hold while later batches are built
 	type inFlight struct {
@@ -295,6 +295,96 @@ func TestSnapshotRecycledBatches(t *testing.T) {
 	rc.fields.mu.Lock()
 	defer rc.fields.mu.Unlock()
 	if len(rc.fields.free) == 0 {
+		t.Fatal("no field slab came back to the recycler")
+	}
+}
+
+// TestStreamRecycledBatches: a streamer that reuses the field and row slabs of released batches
+// builds the very records one on fresh memory does (inserts, updates, deletes with their
+// tombstones, key changes), while batches are released two batches late.
+func TestStreamRecycledBatches(t *testing.T) {
+	_, fresh, ftbl := offlineSource(t, nil)
+	fresh.rc, fresh.fields.rc, fresh.bx.rc = nil, nil, nil
+	_, m, tbl := offlineSource(t, nil)
+	if m.rc == nil || m.fields.rc == nil || m.bx.rc == nil {
+		t.Fatal("the streamer has no recycler")
+	}
+	row := func(id, v int) []any {
+		return []any{int32(id), int32(v), fmt.Sprintf("text %d", id*v), "2024-01-31 13:45:30.123"}
+	}
+	// build makes round r's batch on streamer m
+	build := func(m *streamer, tbl *table, r int) connect.Batch {
+		m.fields.reset()
+		m.bx.reset()
+		b := &batch{recs: m.rc.records(64)}
+		for k := range 1 + r%5 {
+			base := r*100000 + k*1000
+			var ins, upd, del [][]any
+			for i := range 3 + (r+k)%40 {
+				ins = append(ins, row(base+i, i))
+				upd = append(upd, row(base+i, i), row(base+i+(i%3)*500, i+1)) // some change the key
+				del = append(del, row(base+i, 7))
+			}
+			for _, ev := range []struct {
+				op   connect.Op
+				step int
+				rows [][]any
+			}{{connect.OpCreate, 1, ins}, {connect.OpUpdate, 2, upd}, {connect.OpDelete, 1, del}} {
+				m.curRow = 0
+				if _, err := m.emitImages(b, tbl, ev.op, ev.step, ev.rows); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return m.finish(b)
+	}
+	render := func(b connect.Batch) []string {
+		var out []string
+		for _, r := range b.Records {
+			j, err := connect.AppendJSON(nil, []any{r.Topic, r.Key, r.Value, r.Version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%s %x %s", j, r.Position.Order, r.Position.State))
+		}
+		return out
+	}
+	type inFlight struct {
+		want  []string
+		batch connect.Batch
+	}
+	var pending []inFlight
+	check := func(r int, p inFlight) {
+		got := render(p.batch)
+		if len(got) != len(p.want) {
+			t.Fatalf("round %d: %d records, want %d", r, len(got), len(p.want))
+		}
+		for i := range got {
+			if got[i] != p.want[i] {
+				t.Fatalf("round %d, record %d:\n got %s\nwant %s", r, i, got[i], p.want[i])
+			}
+		}
+		p.batch.Release()
+	}
+	const rounds = 30
+	for r := range rounds {
+		want := render(build(fresh, ftbl, r))
+		b := build(m, tbl, r)
+		if b.Release == nil {
+			t.Fatal("a stream batch without Release")
+		}
+		pending = append(pending, inFlight{want, b})
+		if len(pending) > 2 {
+			check(r-2, pending[0])
+			pending = pending[1:]
+		}
+	}
+	for i, p := range pending {
+		check(rounds-len(pending)+i, p)
+	}
+	m.rc.fields.mu.Lock()
+	defer m.rc.fields.mu.Unlock()
+	if len(m.rc.fields.free) == 0 {
 		t.Fatal("no field slab came back to the recycler")
 	}
 }

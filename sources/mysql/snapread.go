@@ -141,7 +141,7 @@ func (sn *snapshotter) start() {
 		sn.ins = append(sn.ins, in)
 		sn.outs = append(sn.outs, out)
 		cv := &converter{sn: sn, rc: sn.rc}
-		cv.fields.rc, cv.bx.rc = cv.rc, cv.rc
+		cv.fields.rc, cv.bx.rc, cv.bx.vrc = cv.rc, cv.rc, cv.rc
 		sn.wg.Add(1)
 		go func() {
 			defer sn.wg.Done()

@@ -95,6 +95,7 @@ type streamer struct {
 	arena   posArena   // positions of the records
 	fields  fieldArena // rows of the records
 	bx      boxer      // values of the records
+	rc      *recycler  // the field and row slabs of routed batches, for new ones
 	nowMs   any        // processing time of the current read, boxed
 	sid     uint32     // the last server id boxed, and its box
 	sidBox  any
@@ -111,7 +112,10 @@ type streamer struct {
 }
 
 func newStreamer(s *Source, st *state) *streamer {
-	m := &streamer{s: s, tables: map[uint64]*tableMeta{}}
+	m := &streamer{s: s, tables: map[uint64]*tableMeta{}, rc: &recycler{}}
+	// only the records' fields and rows are recycled: values (a transaction's GTID, ...) may
+	// be shared by the records of later batches
+	m.fields.rc, m.bx.rc = m.rc, m.rc
 	m.setResume(st.File, st.Pos, st.Row, st.GTID)
 	m.boundFile, m.boundPos = st.File, st.Pos
 	m.boundSeq, _ = fileSeq(st.File)
@@ -394,7 +398,7 @@ func (m *streamer) read(ctx context.Context) (connect.Batch, error) {
 func (m *streamer) readBatch(ctx context.Context) (connect.Batch, error) {
 	s := m.s
 	// a backlog fills batches: size the next like the last
-	b := &batch{recs: make([]connect.Record, 0, min(max(m.lastLen, 64), s.cfg.maxBatch))}
+	b := &batch{recs: m.rc.records(min(max(m.lastLen, 64), s.cfg.maxBatch))}
 	m.nowMs = s.now().UnixMilli()
 	m.fields.reset()
 	m.bx.reset()
@@ -526,7 +530,7 @@ func (m *streamer) finish(b *batch) connect.Batch {
 	if len(b.recs) > 0 {
 		s.stats.behindMs.Store(max(0, s.now().UnixMilli()-b.recs[len(b.recs)-1].Timestamp.UnixMilli()))
 	}
-	return connect.Batch{Records: b.recs, Position: m.s.incrPosition(m.position())}
+	return connect.Batch{Records: b.recs, Position: m.s.incrPosition(m.position()), Release: m.rc.batch(&m.fields, &m.bx, b.recs, nil)}
 }
 
 // position is where a restart resumes now: inside the current transaction, or after the
