@@ -42,7 +42,8 @@ type Source interface {
 	// ctx.Err() promptly. The batch is the runtime's from then on: the runtime calls Read
 	// again while it still transforms and encodes the last batch, so no later Read may write
 	// into memory the batch's records, values or positions use (build each batch from fresh
-	// or never-reused memory, as connect.Slab does).
+	// or never-reused memory, as connect.Slab does), until the runtime releases the batch (see
+	// Batch.Release; positions never).
 	Read(ctx context.Context) (Batch, error)
 	// Ack tells the source that everything up to and including upTo is durable in the log, so
 	// it may release the source's resources for it (Postgres flush LSN). Never called with a
@@ -74,7 +75,8 @@ type Sink interface {
 // retained state between calls; it may be called concurrently from several tasks.
 // keep=false drops the record. An error is a per-record failure handled by errors.tolerance.
 // Apply must not modify the input record's Key, Value or Headers in place (they may be shared):
-// it builds new ones where it changes them.
+// it builds new ones where it changes them. It keeps no part of a record (a string, a slice) once
+// it returns, not even in a cache: the source may reuse the record's memory (Batch.Release).
 type Transform interface {
 	Apply(r Record) (out Record, keep bool, err error)
 }

@@ -1,6 +1,7 @@
 package transforms
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/sluice-cdc/sluice/connect"
@@ -34,7 +35,9 @@ func (c *topicCache) get(topic string, compute func(string) (string, bool)) (str
 		c.m = make(map[string]cachedTopic)
 	}
 	if len(c.m) < topicCacheSize {
-		c.m[topic] = cachedTopic{out, matched}
+		// copies: the memo outlives the record, whose memory (a topic taken from a value)
+		// the source may write again once the batch is encoded (connect.Batch.Release)
+		c.m[strings.Clone(topic)] = cachedTopic{strings.Clone(out), matched}
 	}
 	c.mu.Unlock()
 	return out, matched

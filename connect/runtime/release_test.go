@@ -2,7 +2,9 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"unsafe"
@@ -122,13 +124,7 @@ func TestSourceBatchReleasedAfterEncoding(t *testing.T) {
 	h := newHarness(t, log, newRegistry(t, append([]connect.Plugin{p}, transforms.Plugins()...)...),
 		func(o *runtime.Options) {
 			o.TopicDefaults.Partitions = 3
-			o.Chain = func(reg *connect.Registry, cfg map[string]string) (connect.Transform, []connect.FieldError) {
-				ch, errs := transforms.BuildChain(reg, cfg)
-				if ch == nil {
-					return nil, errs
-				}
-				return ch, errs
-			}
+			o.Chain = transformChain
 		})
 	cfg := datagenConfig(events, 40, 25,
 		"transforms", "route",
@@ -192,5 +188,189 @@ func TestSourceBatchReleasedAfterEncoding(t *testing.T) {
 	defer src.mu.Unlock()
 	if src.releasedTwice || src.freed != src.batches || src.batches < 10 {
 		t.Fatalf("%d batches read, %d released (twice: %v)", src.batches, src.freed, src.releasedTwice)
+	}
+}
+
+// Records a transform rejects go to the dead-letter topic as they were read, with their
+// headers, although their batch's memory is released (and overwritten) once routed.
+func TestSourceRejectedRecordReleased(t *testing.T) {
+	const events = 1000
+	log := runtimetest.NewLog()
+	p := datagen.Plugin()
+	inner := p.NewSource
+	p.Name, p.NewSource = "recycling", func(cfg connect.Config, env connect.Env) (connect.Source, error) {
+		in, err := inner(cfg, env)
+		return &recyclingSource{Source: in}, err
+	}
+	h := newHarness(t, log, newRegistry(t, append([]connect.Plugin{p}, transforms.Plugins()...)...),
+		func(o *runtime.Options) { o.Chain = transformChain })
+	// orders get a number for a topic: rejected
+	cfg := datagenConfig(events, 40, 25,
+		"transforms", "route",
+		"transforms.route.type", "content_router",
+		"transforms.route.topic.expression", `value.source.table == "orders" ? 0 : value.source.table`,
+		"errors.tolerance", "all",
+		"errors.deadletterqueue.topic.name", "gen-dlq")
+	h.add("gen", "recycling", cfg)
+	h.start()
+	waitFor(t, "every event to be committed", func() bool {
+		pos, err := h.rt.SourceOffset(t.Context(), "gen")
+		return err == nil && string(pos.State) == fmt.Sprintf(`{"v":1,"next":%d}`, events)
+	})
+	h.stop()
+
+	s := settings(t, cfg)
+	var want []string
+	for i := int64(0); i < events; i++ {
+		for _, r := range s.Records(i) {
+			ev, err := connect.ParseChangeEvent(r.Value)
+			if err != nil {
+				continue
+			}
+			if tbl, _ := ev.Source.Get("table"); tbl != "orders" {
+				continue
+			}
+			key, _ := connect.AppendJSON(nil, r.Key)
+			value, _ := connect.AppendJSON(nil, r.Value)
+			want = append(want, string(key)+" "+string(value))
+		}
+	}
+	got := readAll(t, log, "gen-dlq")
+	if len(got) != len(want) || len(want) < 100 {
+		t.Fatalf("%d records in the dead-letter topic, want %d", len(got), len(want))
+	}
+	for i, lr := range got {
+		if len(lr.rec.Headers) == 0 || lr.rec.Headers[0].Key != "origin" || string(lr.rec.Headers[0].Value) != "datagen" {
+			t.Fatalf("dead letter %d: headers %v, want origin=datagen first", i, lr.rec.Headers)
+		}
+		key, _ := connect.AppendJSON(nil, lr.rec.Key)
+		value, _ := connect.AppendJSON(nil, lr.rec.Value)
+		if g := string(key) + " " + string(value); g != want[i] {
+			t.Fatalf("dead letter %d:\n got %s\nwant %s", i, g, want[i])
+		}
+	}
+}
+
+// transformChain builds chains of the built-in transforms.
+func transformChain(reg *connect.Registry, cfg map[string]string) (connect.Transform, []connect.FieldError) {
+	ch, errs := transforms.BuildChain(reg, cfg)
+	if ch == nil {
+		return nil, errs
+	}
+	return ch, errs
+}
+
+// rewritingSource emits one record per batch, whose value's region is in the same bytes for
+// every batch: Read waits for the last batch's Release and writes the next region there, as a
+// source that recycles its memory does (Read must not wait for Ack, but may for Release). A
+// topic taken from the region by a transform is therefore another region after the batch, not
+// garbage: a map keyed by it, once it has grown, finds the entry of one region for another.
+type rewritingSource struct {
+	regions  []string // of one length, the region of each record in turn
+	mem      []byte
+	released chan struct{} // a token: the last batch is released
+	n        int
+}
+
+func (s *rewritingSource) Open(ctx context.Context, after connect.Position) error {
+	if len(after.State) > 0 {
+		return fmt.Errorf("resume at %s: not supported", after)
+	}
+	return nil
+}
+
+func (s *rewritingSource) Read(ctx context.Context) (connect.Batch, error) {
+	if s.n == len(s.regions) {
+		<-ctx.Done()
+		return connect.Batch{}, ctx.Err()
+	}
+	select {
+	case <-s.released:
+	case <-ctx.Done():
+		return connect.Batch{}, ctx.Err()
+	}
+	copy(s.mem, s.regions[s.n])
+	s.n++
+	order := binary.BigEndian.AppendUint64(nil, uint64(s.n))
+	rec := connect.Record{Topic: "in", Partition: -1, Offset: -1,
+		Key:      connect.Row{{Name: "n", Value: int64(s.n)}},
+		Value:    connect.Row{{Name: "region", Value: unsafe.String(&s.mem[0], len(s.mem))}, {Name: "n", Value: int64(s.n)}},
+		Position: connect.Position{Order: order}}
+	pos := connect.Position{Order: order, State: []byte(fmt.Sprintf(`{"next":%d}`, s.n))}
+	return connect.Batch{Records: []connect.Record{rec}, Position: pos, Release: func() { s.released <- struct{}{} }}, nil
+}
+
+func (s *rewritingSource) Ack(context.Context, connect.Position) error { return nil }
+func (s *rewritingSource) Close(context.Context) error                 { return nil }
+
+// The runtime and the transforms keep no topic name in a source's memory past its batch's
+// Release: with a topic taken from a value whose bytes the source rewrites after every batch,
+// each record is in the topic its own value named, whether the chain routes it further (route
+// memoizes topic names) or not (the runtime keeps its own copies of topic names).
+func TestSourceTopicFromRewrittenMemory(t *testing.T) {
+	const records = 5000
+	var names []string // of one length, more than a small map holds
+	for i := range 300 {
+		names = append(names, fmt.Sprintf("reg.%03d", i))
+	}
+	for _, tc := range []struct {
+		name  string
+		chain []string
+		topic func(region string) string
+	}{
+		{"region", []string{"transforms", "region",
+			"transforms.region.type", "content_router",
+			"transforms.region.topic.expression", "value.region"},
+			func(region string) string { return region }},
+		{"region then route", []string{"transforms", "region,route",
+			"transforms.region.type", "content_router",
+			"transforms.region.topic.expression", "value.region",
+			"transforms.route.type", "route",
+			"transforms.route.regex", `reg\.(\d)(\d)(\d)`,
+			"transforms.route.replacement", "out.$3$2$1"},
+			func(region string) string { return "out." + region[6:7] + region[5:6] + region[4:5] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(7, 7))
+			src := &rewritingSource{mem: make([]byte, len(names[0])), released: make(chan struct{}, 1)}
+			src.released <- struct{}{}
+			want := map[string][]int64{}
+			for i := range records {
+				region := names[r.IntN(len(names))]
+				src.regions = append(src.regions, region)
+				want[tc.topic(region)] = append(want[tc.topic(region)], int64(i+1))
+			}
+			p := connect.Plugin{Name: "rewriting", Kind: connect.KindSource,
+				NewSource: func(connect.Config, connect.Env) (connect.Source, error) { return src, nil }}
+			log := runtimetest.NewLog()
+			h := newHarness(t, log, newRegistry(t, append([]connect.Plugin{p}, transforms.Plugins()...)...),
+				func(o *runtime.Options) {
+					o.TopicDefaults.Partitions = 1
+					o.Chain = transformChain
+				})
+			cfg := map[string]string{"offset.flush.interval.ms": "0"}
+			for i := 0; i+1 < len(tc.chain); i += 2 {
+				cfg[tc.chain[i]] = tc.chain[i+1]
+			}
+			h.add("rw", "rewriting", cfg)
+			h.start()
+			waitFor(t, "every record to be committed", func() bool {
+				pos, err := h.rt.SourceOffset(t.Context(), "rw")
+				return err == nil && string(pos.State) == fmt.Sprintf(`{"next":%d}`, records)
+			})
+			h.stop()
+			for topic, ns := range want {
+				var got []int64
+				if _, err := log.Describe(topic); err == nil {
+					for _, lr := range readAll(t, log, topic) {
+						n, _ := lr.rec.Value.(connect.Row).Get("n")
+						got = append(got, n.(int64))
+					}
+				}
+				if fmt.Sprint(got) != fmt.Sprint(ns) {
+					t.Fatalf("topic %s holds records %v, want %v", topic, got, ns)
+				}
+			}
+		})
 	}
 }

@@ -3,7 +3,9 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -546,4 +548,94 @@ func TestDLQAppendFailureLosesNothing(t *testing.T) {
 	if len(seen) != poison {
 		t.Fatalf("the dead-letter topic holds %d distinct rejected records, want %d", len(seen), poison)
 	}
+}
+
+// poisonByOp fails on deletes and gives updates a value outside the data model (the value
+// converter then fails on it).
+type poisonByOp struct{}
+
+func (poisonByOp) Apply(r connect.Record) (connect.Record, bool, error) {
+	ev, err := connect.ParseChangeEvent(r.Value)
+	switch {
+	case err != nil:
+	case ev.Op == connect.OpDelete:
+		return r, false, errors.New("deletes are not allowed here")
+	case ev.Op == connect.OpUpdate:
+		r.Value = connect.Row{{Name: "bad", Value: struct{}{}}}
+	}
+	return r, true, nil
+}
+
+// Records rejected by a transform and by the value converter reach the dead-letter topic in the
+// order read, none taken for a replay, in batches whose values are encoded on one goroutine
+// and on two.
+func TestSourceRejectionsKeepTheirOrder(t *testing.T) {
+	for _, batch := range []int64{20, 300} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			const events = 900
+			log := runtimetest.NewLog()
+			h := newHarness(t, log, newRegistry(t), func(o *runtime.Options) {
+				o.Chain = func(*connect.Registry, map[string]string) (connect.Transform, []connect.FieldError) {
+					return poisonByOp{}, nil
+				}
+			})
+			cfg := datagenConfig(events, 10, batch, "datagen.tables", "customers", "transforms", "p", "transforms.p.type", "poison",
+				"errors.tolerance", "all", "errors.deadletterqueue.topic.name", "gen-dlq")
+			h.add("gen", "datagen", cfg)
+			h.start()
+			waitFor(t, "every event", func() bool {
+				pos, _ := h.rt.SourceOffset(t.Context(), "gen")
+				return string(pos.State) == fmt.Sprintf(`{"v":1,"next":%d}`, events)
+			})
+			h.stop()
+			s := settings(t, cfg)
+			var want []string // the stage and key of each rejected record, in source order
+			kept := 0
+			for i := int64(0); i < events; i++ {
+				for _, r := range s.Records(i) {
+					key, _ := connect.AppendJSON(nil, r.Key)
+					ev, err := connect.ParseChangeEvent(r.Value)
+					switch {
+					case err == nil && ev.Op == connect.OpDelete:
+						want = append(want, "TRANSFORMATION "+string(key))
+					case err == nil && ev.Op == connect.OpUpdate:
+						want = append(want, "VALUE_CONVERTER "+string(key))
+					default:
+						kept++
+					}
+				}
+			}
+			var got []string
+			for _, d := range log.Records("gen-dlq", 0) {
+				for _, h := range d.Headers {
+					if h.Key == runtime.HeaderErrorStage {
+						got = append(got, string(h.Value)+" "+string(d.Key))
+					}
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("dead-letter topic holds %d records, want %d in source order; first difference at %d", len(got), len(want), firstDiff(got, want))
+			}
+			n := 0
+			for p := int32(0); ; p++ {
+				end, err := log.LatestOffset("gen.inventory.customers", p)
+				if err != nil {
+					break
+				}
+				n += int(end)
+			}
+			if n != kept {
+				t.Fatalf("the topic holds %d records, want %d", n, kept)
+			}
+		})
+	}
+}
+
+func firstDiff(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }

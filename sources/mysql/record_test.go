@@ -206,6 +206,9 @@ func BenchmarkSnapshotRows(b *testing.B) {
 // record an Order.
 func TestSnapshotRecycledBatches(t *testing.T) {
 	s, _, tbl := offlineSource(t, nil)
+	// and a TIMESTAMP: its values are strings made in the boxer's string data
+	tbl.cols = append(tbl.cols, column{name: "ts", kind: kindTimestamp, fsp: 6, nullable: true})
+	s.finishTable(tbl, []int{0})
 	clock := time.Now()
 	s.now = func() time.Time { return clock }
 	sn := &snapshotter{s: s, plan: &snapPlan{Tables: []string{"db.t"}}, started: time.Now(), vfile: "mariadb-bin.000007", vpos: 4, vseq: 7}
@@ -233,7 +236,8 @@ func TestSnapshotRecycledBatches(t *testing.T) {
 				cell{Type: gomysql.FieldValueTypeSigned, bits: uint64(id)},
 				cell{Type: gomysql.FieldValueTypeSigned, bits: uint64(id * 7919)},
 				cell{Type: gomysql.FieldValueTypeString, str: rs.text(text)},
-				d)
+				d,
+				cell{Type: gomysql.FieldValueTypeString, str: rs.text([]byte(fmt.Sprintf("2024-02-%02d 08:%02d:%02d.%06d", 1+id%28, id%60, r%60, id)))})
 			rs.n++
 		}
 		return rs

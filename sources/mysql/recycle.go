@@ -47,17 +47,25 @@ func (p *pool[T]) get(n int) []T {
 	return make([]T, 0, n)
 }
 
-// put keeps slabs for later gets, up to maxPooled.
-func (p *pool[T]) put(slabs [][]T) {
+// put keeps slabs for later gets, up to maxPooled, and none larger than limit: a slab made for
+// one large value goes back to the collector, so that the pool stays a few MiB whatever the
+// values were.
+func (p *pool[T]) put(slabs [][]T, limit int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range slabs {
 		if len(p.free) == maxPooled {
 			return
 		}
-		p.free = append(p.free, s[:0])
+		if cap(s) <= limit {
+			p.free = append(p.free, s[:0])
+		}
 	}
 }
+
+// maxPooledRecords bounds the record slices the recycler keeps (a larger max.batch.size gets
+// fresh ones).
+const maxPooledRecords = 4096
 
 // recycler keeps the slabs of released batches for the next batches of one builder (a
 // converter). The zero recycler is ready.
@@ -82,15 +90,15 @@ type generation struct {
 
 // release returns g's slabs to rc. The batch must not be read any more.
 func (rc *recycler) release(g *generation) {
-	rc.fields.put(g.fields)
-	rc.rows.put(g.rows)
-	rc.ints.put(g.ints)
-	rc.strs.put(g.strs)
-	rc.bytes.put(g.bytes)
+	rc.fields.put(g.fields, maxFieldSlab)
+	rc.rows.put(g.rows, boxSlab)
+	rc.ints.put(g.ints, boxSlab)
+	rc.strs.put(g.strs, boxSlab)
+	rc.bytes.put(g.bytes, bytesSlab)
 	if g.recs != nil {
 		// what stale records point to stays alive until overwritten: other pooled slabs
 		// and positions, bounded by maxPooled
-		rc.recs.put([][]connect.Record{g.recs})
+		rc.recs.put([][]connect.Record{g.recs}, maxPooledRecords)
 	}
 }
 
