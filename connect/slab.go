@@ -1,6 +1,9 @@
 package connect
 
-import "unsafe"
+import (
+	"sync"
+	"unsafe"
+)
 
 // Slab builds the values of many records with a few large allocations instead of one or more
 // per value: storing a string, an int64, a float64 or a Row in an interface (a Field's Value)
@@ -17,10 +20,17 @@ import "unsafe"
 // never writes an element again once it handed it out, so the values it returned stay valid
 // whatever happens to the Slab afterwards. The zero Slab is ready to use; it is not safe for
 // concurrent use.
+//
+// With a Pool, a Slab takes its chunks from the pool and lists them until Detach, which
+// starts the Slab over and returns them: the chunks of one batch, to give back to the pool
+// (SlabPool.Put) once nothing reads the batch any more (Batch.Release). Until then the Slab
+// never writes an element twice, as without a pool.
 type Slab struct {
 	// N is how many values a new chunk holds (0: 256). Strings' text and row fields are cut
 	// from chunks of their own, sized from N too.
 	N int
+	// Pool, if set, is where new chunks come from.
+	Pool *SlabPool
 
 	strs   []string
 	ints   []int64
@@ -28,7 +38,103 @@ type Slab struct {
 	rows   []Row
 	fields []Field
 	text   []byte
+	held   *SlabChunks // the chunks taken from Pool since the last Detach
 }
+
+// SlabChunks are the chunks a Slab took from its pool.
+type SlabChunks struct {
+	strs   [][]string
+	ints   [][]int64
+	floats [][]float64
+	rows   [][]Row
+	fields [][]Field
+	text   [][]byte
+}
+
+// SlabPool keeps chunks given back for Slabs to take again: at most maxPooledChunks of a
+// kind, none larger than the largest a Slab of its N makes (a chunk made for one large value
+// goes back to the collector). The zero SlabPool is ready; it is safe for concurrent use.
+type SlabPool struct {
+	N int // of the Slabs that use the pool (0: 256)
+
+	mu     sync.Mutex
+	chunks SlabChunks
+}
+
+const maxPooledChunks = 256
+
+// Detach ends the Slab's current chunks and returns those it took from its pool (nil without
+// one); the Slab's next values go into new chunks.
+func (s *Slab) Detach() *SlabChunks {
+	held := s.held
+	*s = Slab{N: s.N, Pool: s.Pool}
+	return held
+}
+
+// Put gives chunks back to the pool. Nothing may read the values cut from them any more.
+func (p *SlabPool) Put(c *SlabChunks) {
+	if c == nil {
+		return
+	}
+	s := Slab{N: p.N}
+	n := s.size()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keep(&p.chunks.strs, c.strs, n)
+	keep(&p.chunks.ints, c.ints, n)
+	keep(&p.chunks.floats, c.floats, max(n/4, 4))
+	keep(&p.chunks.rows, c.rows, max(n/8, 4))
+	keep(&p.chunks.fields, c.fields, 2*n)
+	keep(&p.chunks.text, c.text, max(32*n, 4096))
+}
+
+func keep[T any](free *[][]T, chunks [][]T, limit int) {
+	for _, c := range chunks {
+		if len(*free) == maxPooledChunks {
+			return
+		}
+		if cap(c) <= limit {
+			*free = append(*free, c[:0])
+		}
+	}
+}
+
+// chunk returns an empty chunk of at least n values for s, from its pool if it has one.
+func chunk[T any](s *Slab, free func(*SlabChunks) *[][]T, n int) []T {
+	p := s.Pool
+	if p == nil {
+		return make([]T, 0, n)
+	}
+	if s.held == nil {
+		s.held = &SlabChunks{}
+	}
+	var c []T
+	p.mu.Lock()
+	list := free(&p.chunks)
+	for k := len(*list) - 1; k >= 0 && k >= len(*list)-4; k-- {
+		if cap((*list)[k]) >= n {
+			c = (*list)[k]
+			(*list)[k] = (*list)[len(*list)-1]
+			(*list)[len(*list)-1] = nil
+			*list = (*list)[:len(*list)-1]
+			break
+		}
+	}
+	p.mu.Unlock()
+	if c == nil {
+		c = make([]T, 0, n)
+	}
+	h := free(s.held)
+	*h = append(*h, c)
+	return c
+}
+
+func strsOf(c *SlabChunks) *[][]string    { return &c.strs }
+func intsOf(c *SlabChunks) *[][]int64     { return &c.ints }
+func floatsOf(c *SlabChunks) *[][]float64 { return &c.floats }
+func rowsOf(c *SlabChunks) *[][]Row       { return &c.rows }
+func fieldsOf(c *SlabChunks) *[][]Field   { return &c.fields }
+func textOf(c *SlabChunks) *[][]byte      { return &c.text }
 
 func (s *Slab) size() int {
 	if s.N > 0 {
@@ -40,7 +146,7 @@ func (s *Slab) size() int {
 // String returns v boxed.
 func (s *Slab) String(v string) any {
 	if len(s.strs) == cap(s.strs) {
-		s.strs = make([]string, 0, s.size())
+		s.strs = chunk(s, strsOf, s.size())
 	}
 	s.strs = append(s.strs, v)
 	return box(typString, unsafe.Pointer(&s.strs[len(s.strs)-1]))
@@ -53,7 +159,7 @@ func (s *Slab) Bytes(n int) []byte {
 		return make([]byte, 0, n) // large ones get their own allocation
 	}
 	if cap(s.text)-len(s.text) < n {
-		s.text = make([]byte, 0, max(32*s.size(), 4096))
+		s.text = chunk(s, textOf, max(32*s.size(), 4096))
 	}
 	start := len(s.text)
 	s.text = s.text[:start+n]
@@ -69,7 +175,7 @@ func (s *Slab) Text(b []byte) string {
 		return string(b) // large texts get their own allocation
 	}
 	if cap(s.text)-len(s.text) < len(b) {
-		s.text = make([]byte, 0, max(32*s.size(), 4096))
+		s.text = chunk(s, textOf, max(32*s.size(), 4096))
 	}
 	start := len(s.text)
 	s.text = append(s.text, b...)
@@ -82,7 +188,7 @@ func (s *Slab) Int(n int64) any {
 		return n // the runtime boxes small integers without allocating
 	}
 	if len(s.ints) == cap(s.ints) {
-		s.ints = make([]int64, 0, s.size())
+		s.ints = chunk(s, intsOf, s.size())
 	}
 	s.ints = append(s.ints, n)
 	return box(typInt64, unsafe.Pointer(&s.ints[len(s.ints)-1]))
@@ -91,7 +197,7 @@ func (s *Slab) Int(n int64) any {
 // Float returns f boxed.
 func (s *Slab) Float(f float64) any {
 	if len(s.floats) == cap(s.floats) {
-		s.floats = make([]float64, 0, max(s.size()/4, 4))
+		s.floats = chunk(s, floatsOf, max(s.size()/4, 4))
 	}
 	s.floats = append(s.floats, f)
 	return box(typFloat64, unsafe.Pointer(&s.floats[len(s.floats)-1]))
@@ -100,7 +206,7 @@ func (s *Slab) Float(f float64) any {
 // Row returns r boxed (nil stays a Row(nil) in the interface, not a nil interface).
 func (s *Slab) Row(r Row) any {
 	if len(s.rows) == cap(s.rows) {
-		s.rows = make([]Row, 0, max(s.size()/8, 4))
+		s.rows = chunk(s, rowsOf, max(s.size()/8, 4))
 	}
 	s.rows = append(s.rows, r)
 	return box(typRow, unsafe.Pointer(&s.rows[len(s.rows)-1]))
@@ -113,11 +219,15 @@ func (s *Slab) Fields(n int) Row {
 		return make(Row, n)
 	}
 	if cap(s.fields)-len(s.fields) < n {
-		s.fields = make([]Field, 0, max(2*s.size(), n))
+		s.fields = chunk(s, fieldsOf, max(2*s.size(), n))
 	}
 	start := len(s.fields)
 	s.fields = s.fields[:start+n]
-	return Row(s.fields[start : start+n : start+n])
+	r := Row(s.fields[start : start+n : start+n])
+	if s.Pool != nil {
+		clear(r) // a pooled chunk holds an earlier batch's fields
+	}
+	return r
 }
 
 // reserve makes the next string and row chunks hold exactly strs and rows values (a one-value

@@ -68,3 +68,83 @@ func TestSlabBytes(t *testing.T) {
 		}
 	}
 }
+
+// A pooled Slab: values cut after Detach are in new chunks (those of a detached batch stay as
+// they were while the batch is in use), chunks given back are taken again, and the pool keeps
+// only chunks of its standard sizes.
+func TestSlabPool(t *testing.T) {
+	var pool SlabPool
+	build := func(s *Slab, batch int) Row {
+		var r Row
+		for i := range 600 {
+			f := s.Fields(3)
+			f[0] = Field{Name: "s", Value: s.String(s.Text([]byte(fmt.Sprintf("batch %d value %d", batch, i))))}
+			f[1] = Field{Name: "n", Value: s.Int(int64(batch*1_000_000 + i))}
+			f[2] = Field{Name: "f", Value: s.Float(float64(i) / 3)}
+			r = append(r, Field{Name: "r", Value: s.Row(f)})
+		}
+		return r
+	}
+	s := Slab{Pool: &pool}
+	var prev *SlabChunks
+	for batch := range 20 {
+		row := build(&s, batch)
+		want, _ := AppendJSON(nil, row)
+		chunks := s.Detach()
+		if chunks == nil || len(chunks.fields) == 0 || len(chunks.text) == 0 {
+			t.Fatalf("batch %d: chunks %+v: want every kind listed", batch, chunks)
+		}
+		// the previous batch goes back now: this one must not be in its chunks
+		pool.Put(prev)
+		prev = chunks
+		before := pooled(&pool)
+		build(&s, batch+100) // written into the chunks given back
+		s.Detach()
+		if batch > 0 && (before == 0 || pooled(&pool) >= before) {
+			t.Fatalf("batch %d: %d chunks pooled before a build, %d after: want them taken", batch, before, pooled(&pool))
+		}
+		if got, _ := AppendJSON(nil, row); string(got) != string(want) {
+			t.Fatalf("batch %d changed once another batch was built: %.80s..., want %.80s...", batch, got, want)
+		}
+	}
+	// a small batch leaves room in its chunks: the next batch must still not use them
+	small := func(s *Slab, batch int) Row {
+		f := s.Fields(3)
+		f[0] = Field{Name: "s", Value: s.String(s.Text([]byte(fmt.Sprintf("small batch %d", batch))))}
+		f[1] = Field{Name: "n", Value: s.Int(int64(batch + 1_000_000))}
+		f[2] = Field{Name: "f", Value: s.Float(float64(batch) / 3)}
+		return Row{{Name: "r", Value: s.Row(f)}}
+	}
+	s = Slab{Pool: &SlabPool{}}
+	small(&s, 1)
+	a := s.Detach()
+	b := small(&s, 2)
+	wantB, _ := AppendJSON(nil, b)
+	s.Detach()
+	s.Pool.Put(a)
+	for i := range 50 {
+		small(&s, 3+i) // into a's chunks
+	}
+	if got, _ := AppendJSON(nil, b); string(got) != string(wantB) {
+		t.Fatalf("a batch built after Detach was in the detached chunks: %s, want %s", got, wantB)
+	}
+
+	big := &SlabChunks{text: [][]byte{make([]byte, 0, 1<<20)}, fields: [][]Field{make([]Field, 0, 4096)}}
+	var p2 SlabPool
+	p2.Put(big)
+	if len(p2.chunks.text)+len(p2.chunks.fields) != 0 {
+		t.Fatal("the pool kept chunks larger than a Slab makes")
+	}
+	var plain Slab
+	build(&plain, 0)
+	if plain.Detach() != nil {
+		t.Fatal("a Slab without a pool listed chunks")
+	}
+}
+
+func pooled(p *SlabPool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := &p.chunks
+	return len(c.strs) + len(c.ints) + len(c.floats) + len(c.rows) + len(c.fields) + len(c.text)
+}

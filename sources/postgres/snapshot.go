@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -56,6 +58,76 @@ type snapshotter struct {
 	// whose own context ends while it waits for rows cancels it.
 	qctx   context.Context
 	cancel context.CancelFunc
+
+	// pool holds the slab chunks of released batches; heldGen is the generation of the held
+	// row (see release)
+	pool    connect.SlabPool
+	heldGen *slabGen
+	recs    recordsPool
+}
+
+// slabGen is the slab chunks and the record slice of one snapshot batch. They go back to the
+// pool once the batch is released and, if the batch's last row was held back, the next batch,
+// which carries that row, too.
+type slabGen struct {
+	sn     *snapshotter
+	chunks *connect.SlabChunks
+	recs   []connect.Record
+	refs   atomic.Int32
+}
+
+func (g *slabGen) unref() {
+	if g != nil && g.refs.Add(-1) == 0 {
+		g.sn.pool.Put(g.chunks)
+		g.sn.recs.put(g.recs)
+	}
+}
+
+// release ends the slab generation of the batch of recs (held: its last row is held back for
+// the next batch) and returns the batch's Release.
+func (sn *snapshotter) release(recs []connect.Record, held bool) func() {
+	g := &slabGen{sn: sn, chunks: sn.s.slab.Detach(), recs: recs}
+	g.refs.Store(1)
+	if held {
+		g.refs.Store(2)
+	}
+	prev := sn.heldGen
+	sn.heldGen = nil
+	if held {
+		sn.heldGen = g
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.unref()
+			prev.unref()
+		})
+	}
+}
+
+// recordsPool keeps a few record slices of released batches.
+type recordsPool struct {
+	mu   sync.Mutex
+	free [][]connect.Record
+}
+
+func (p *recordsPool) get(n int) []connect.Record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k := len(p.free); k > 0 && cap(p.free[k-1]) >= n {
+		r := p.free[k-1]
+		p.free = p.free[:k-1]
+		return r[:0]
+	}
+	return make([]connect.Record, 0, n)
+}
+
+func (p *recordsPool) put(r []connect.Record) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r != nil && len(p.free) < 8 {
+		p.free = append(p.free, r[:0])
+	}
 }
 
 // rowMark is what the position state after a snapshot row needs, in reused memory.
@@ -303,7 +375,7 @@ WHERE a.attrelid = $1 AND a.attname = ANY ($2)`, ref.OID, keyNames)
 // the next one is known, so that the snapshot's very last row is marked "last".
 func (s *Source) readSnapshot(ctx context.Context) (connect.Batch, error) {
 	sn := s.snap
-	recs := make([]connect.Record, 0, s.set.maxBatch+1)
+	recs := sn.recs.get(s.set.maxBatch + 1)
 	if sn.held != nil {
 		recs = append(recs, *sn.held)
 		sn.held = nil
@@ -359,9 +431,14 @@ func (s *Source) readSnapshot(ctx context.Context) (connect.Batch, error) {
 		recs = recs[:len(recs)-1]
 		// the batch ends at the row read before the held one
 		pos := recs[len(recs)-1].Position
-		return connect.Batch{Records: recs, Position: connect.Position{Order: pos.Order, State: withIncr(sn.stateBeforeLast(), s.incr.State())}}, nil
+		return connect.Batch{Records: recs, Position: connect.Position{Order: pos.Order, State: withIncr(sn.stateBeforeLast(), s.incr.State())},
+			Release: sn.release(recs, true)}, nil
 	}
-	return s.finishSnapshot(ctx, recs)
+	b, err := s.finishSnapshot(ctx, recs)
+	if err == nil {
+		b.Release = sn.release(recs, false)
+	}
+	return b, err
 }
 
 // row builds the record of one snapshot row.
@@ -408,7 +485,7 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 		commit:  sn.started,
 		version: sn.lsn,
 		source:  cur.source,
-		pos:     connect.Position{Order: snapshotOrder(t.slab, s.epoch, sn.index, order, cur.attempt, cur.rows)},
+		pos:     connect.Position{Order: snapshotOrder(&s.posSlab, s.epoch, sn.index, order, cur.attempt, cur.rows)},
 	}
 	sn.mark(cur)
 	s.st.events.Add(1)

@@ -72,6 +72,7 @@ type Source struct {
 	boxPrefix, boxDB any
 	nowMs            any          // the envelope's ts_ms: the time the current Read began
 	slab             connect.Slab // the current batch's records are built from it (on Read's goroutine)
+	posSlab          connect.Slab // the Orders of the current batch's snapshot records (never recycled)
 }
 
 type phase int
@@ -358,8 +359,13 @@ func (s *Source) startStream(ctx context.Context, from position) error {
 func (s *Source) Read(ctx context.Context) (connect.Batch, error) {
 	s.nowMs = s.now().UnixMilli()
 	// A new slab per batch: values cut from one slab keep all its earlier chunks alive, so a
-	// slab must not outlive the batch it built (see connect.Slab).
+	// slab must not outlive the batch it built (see connect.Slab). A snapshot's come from the
+	// chunks of released batches (snapshotter.release).
 	s.slab = connect.Slab{}
+	s.posSlab = connect.Slab{}
+	if s.phase == phaseSnapshotting && s.snap != nil {
+		s.slab.Pool = &s.snap.pool
+	}
 	for {
 		if s.lost != nil {
 			// the connection was lost: start again after the last returned batch; a Read
