@@ -100,6 +100,7 @@ type sourceTask struct {
 	resumed    bool                      // a record above the floor was routed
 	lastTopic  string                    // of the last routed record (active topics), the task's copy
 	topicNames map[string]string         // the task's copies of topic names, by name
+	lastParts  int32                     // lastTopic's partitions in the batch being routed; -1: not looked up
 	memo       connect.JSONMemo          // renderings of Rows the routed batch's values share
 }
 
@@ -251,6 +252,7 @@ func (t *sourceTask) route(batch connect.Batch, b *sourceBatch) error {
 	// of them after.
 	t.memo.Reset()
 	defer t.memo.Reset()
+	t.lastParts = -1 // looked up again for every batch: a topic's partitions may grow
 	for i := range batch.Records {
 		in := &batch.Records[i]
 		out, keep := *in, true
@@ -296,13 +298,18 @@ func (t *sourceTask) add(b *sourceBatch, r *connect.Record) error {
 			}
 		}
 		t.lastTopic = name
+		t.lastParts = -1
 		t.c.useTopic(name)
 	}
 	topic := t.lastTopic
-	n, err := t.c.rt.topics.partitions(topic, t.spec)
-	if err != nil {
-		return err
+	if t.lastParts < 0 {
+		n, err := t.c.rt.topics.partitions(topic, t.spec)
+		if err != nil {
+			return err
+		}
+		t.lastParts = n
 	}
+	n := t.lastParts
 	key, err := b.arena.encodeKey(r.Key)
 	if err != nil {
 		return t.reject(b, r, stageKeyConverter, t.c.Plugin.Class(), err)

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-cdc/sluice/connect/runtime"
 	"github.com/sluice-cdc/sluice/connect/runtime/runtimetest"
 	"github.com/sluice-cdc/sluice/sources/datagen"
+	"github.com/sluice-cdc/sluice/wal"
 )
 
 // The pipeline datagen → log → sink delivers every event once into the log and at least once,
@@ -266,4 +267,33 @@ func TestSourceRepeatsWithinARun(t *testing.T) {
 	if st.Tasks[0].Restarts != 0 || st.Tasks[0].Replayed == 0 {
 		t.Fatalf("status %+v: want replayed records dropped without a restart", st.Tasks[0])
 	}
+}
+
+// Topics of one connector with their own partition counts: every record is in the partition
+// its key picks among its own topic's partitions, also when the topics alternate within a
+// batch (the router looks a topic's partitions up once per batch and topic).
+func TestSourceTopicsOfDifferentPartitionCounts(t *testing.T) {
+	const events = 1500
+	log := runtimetest.NewLog()
+	for topic, n := range map[string]int32{"gen.inventory.orders": 5, "gen.inventory.customers": 2} {
+		cfg := wal.DefaultTopicConfig()
+		cfg.Partitions = n
+		if err := log.CreateTopic(topic, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := newHarness(t, log, newRegistry(t), func(o *runtime.Options) { o.TopicDefaults.Partitions = 3 })
+	cfg := datagenConfig(events, 40, 50)
+	h.add("gen", "datagen", cfg)
+	h.start()
+	waitFor(t, "every event to be committed", func() bool {
+		pos, err := h.rt.SourceOffset(t.Context(), "gen")
+		return err == nil && string(pos.State) == fmt.Sprintf(`{"v":1,"next":%d}`, events)
+	})
+	h.stop()
+	s := settings(t, cfg)
+	if len(s.Tables) < 3 {
+		t.Fatalf("datagen tables %v: want three or more", s.Tables)
+	}
+	checkExactlyOnce(t, log, s, events)
 }
