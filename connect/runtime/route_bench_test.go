@@ -35,7 +35,7 @@ func BenchmarkSourceRoute(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	t := &sourceTask{c: c, log: c.rt.opts.Log, prod: prod, floor: map[TopicPartition][]byte{}, topicNames: map[string]string{}, policy: newErrorPolicy("gen", c.Config, c.rt.logger, &c.rejected)}
+	t := &sourceTask{c: c, log: c.rt.opts.Log, prod: prod, floor: map[TopicPartition]*floorOrder{}, topicNames: map[string]string{}, policy: newErrorPolicy("gen", c.Config, c.rt.logger, &c.rejected)}
 	s := datagen.Settings{Prefix: "b", Database: "inventory", Tables: datagen.Tables, Keys: 1000, Seed: 1, Tombstones: true}
 	const batches = 64
 	var in []connect.Batch
@@ -55,6 +55,7 @@ func BenchmarkSourceRoute(b *testing.B) {
 		batch := in[i%batches]
 		if i%batches == 0 {
 			clear(t.floor) // route the same records again
+			t.lastFloor = nil
 		}
 		sb.reset()
 		if err := t.route(batch, sb); err != nil {

@@ -95,13 +95,17 @@ type sourceTask struct {
 	prompt PromptCommitter // the source, if it asks for prompt commits
 
 	// Router-only state.
-	floor      map[TopicPartition][]byte // Order of the last record stored per partition
-	skipped    int64                     // replayed records dropped since the start
-	resumed    bool                      // a record above the floor was routed
-	lastTopic  string                    // of the last routed record (active topics), the task's copy
-	topicNames map[string]string         // the task's copies of topic names, by name
-	lastParts  int32                     // lastTopic's partitions in the batch being routed; -1: not looked up
-	memo       connect.JSONMemo          // renderings of Rows the routed batch's values share
+	floor map[TopicPartition]*floorOrder // Order of the last record stored per partition
+	// the floor of the last partition replayed looked at (most records go where the one
+	// before went)
+	lastFloorTP TopicPartition
+	lastFloor   *floorOrder
+	skipped     int64             // replayed records dropped since the start
+	resumed     bool              // a record above the floor was routed
+	lastTopic   string            // of the last routed record (active topics), the task's copy
+	topicNames  map[string]string // the task's copies of topic names, by name
+	lastParts   int32             // lastTopic's partitions in the batch being routed; -1: not looked up
+	memo        connect.JSONMemo  // renderings of Rows the routed batch's values share
 }
 
 func (c *connector) runSource(ctx, force context.Context) error {
@@ -130,7 +134,7 @@ func (c *connector) runSource(ctx, force context.Context) error {
 	t := &sourceTask{
 		c: c, log: log, prod: prod, src: src, spec: spec,
 		policy:     newErrorPolicy(c.Name, c.Config, c.logger, &c.rejected),
-		floor:      map[TopicPartition][]byte{},
+		floor:      map[TopicPartition]*floorOrder{},
 		topicNames: map[string]string{},
 	}
 	t.prompt, _ = src.(PromptCommitter)
@@ -343,27 +347,33 @@ func (t *sourceTask) add(b *sourceBatch, r *connect.Record) error {
 	return nil
 }
 
+// floorOrder is the Order of the last record a task stored in a partition.
+type floorOrder struct{ order []byte }
+
 // replayed reports whether a record with this Order bound for tp is already in the log, and
 // otherwise raises tp's floor to it.
 func (t *sourceTask) replayed(tp TopicPartition, order []byte) (bool, error) {
 	if len(order) == 0 {
 		return false, nil
 	}
-	floor, ok := t.floor[tp]
-	if !ok {
-		pos, err := t.prod.lastPosition(tp)
-		if err != nil {
-			return false, err
+	f := t.lastFloor
+	if f == nil || tp != t.lastFloorTP {
+		if f = t.floor[tp]; f == nil {
+			pos, err := t.prod.lastPosition(tp)
+			if err != nil {
+				return false, err
+			}
+			f = &floorOrder{pos.Order}
+			t.floor[tp] = f
 		}
-		floor = pos.Order
+		t.lastFloorTP, t.lastFloor = tp, f
 	}
-	if floor != nil && bytes.Compare(order, floor) <= 0 {
-		t.floor[tp] = floor
+	if f.order != nil && bytes.Compare(order, f.order) <= 0 {
 		t.skipped++
 		t.c.replayed.Add(1)
 		return true, nil
 	}
-	t.floor[tp] = order
+	f.order = order
 	if t.skipped > 0 && !t.resumed {
 		t.c.logger.Info("replayed records skipped", "skipped", t.skipped)
 	}
