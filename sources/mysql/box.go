@@ -26,7 +26,8 @@ import (
 // With a recycler (rc), row slabs come from it and are held for the batch's Release (see
 // recycler.batch), after which they are written again. With vrc too, so are the slabs of ints,
 // strings and data: reset then starts new ones, so nothing boxed for one batch may be used by
-// a later one (the binlog stream boxes values it shares across batches, the snapshot none).
+// a later one (the snapshot recycles both; the binlog stream only rows, since its values are
+// mostly the decoder's).
 type boxer struct {
 	ints  []int64
 	strs  []string
@@ -46,6 +47,8 @@ func (b *boxer) reset() {
 	b.rows = nil
 	if b.vrc != nil {
 		b.ints, b.strs, b.bytes = nil, nil, nil
+	}
+	if b.rc != nil {
 		b.held = generation{}
 	}
 }

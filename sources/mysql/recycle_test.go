@@ -134,3 +134,150 @@ func caps[T any](slabs [][]T) []int {
 	}
 	return out
 }
+
+// TestStreamReleasedBatches: the binlog stream read through Source.Read, its batches released
+// late as by a runtime with batches in flight, emits the records of a stream whose batches are
+// never released. Rows events hold more rows than a batch (the rest of an event goes on in the
+// next batch's memory), updates change some keys (a delete, its tombstone and a create),
+// deletes have tombstones, and a DDL comes between; the released memory comes back.
+func TestStreamReleasedBatches(t *testing.T) {
+	m := sharedMariaDB(t)
+	db := testDB(t, m)
+	q := quoteName(db)
+	exec(t, m, "CREATE TABLE "+q+".t (id INT PRIMARY KEY, big BIGINT NOT NULL, s VARCHAR(64), ts TIMESTAMP(3) NULL, d DECIMAL(10,2))")
+	cfg := func() map[string]string { // each reader with a server id of its own
+		return baseConfig(m, db, map[string]string{KeySnapshotMode: SnapshotNoData, KeyHeartbeatInterval: "100", KeyMaxBatchSize: "40"})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// both start at the binlog head before the changes
+	never, late := newSource(t, cfg(), nil), newSource(t, cfg(), nil)
+	for _, src := range []*Source{never, late} {
+		if err := src.Open(ctx, connect.Position{}); err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close(context.Background())
+	}
+	exec(t, m, "USE "+q,
+		"INSERT INTO t SELECT seq, seq * 1000003, CONCAT('text of row ', seq), "+
+			"TIMESTAMP('2024-01-01 00:00:00.123') + INTERVAL seq SECOND, seq / 7 FROM seq_1_to_3000",
+		"UPDATE t SET big = big + 1, s = CONCAT(s, ' updated') WHERE id % 2 = 0",
+		"UPDATE t SET id = id + 100000 WHERE id % 5 = 0",
+		"ALTER TABLE t ADD COLUMN x INT NOT NULL DEFAULT 7",
+		"DELETE FROM t WHERE id % 3 = 0",
+		"UPDATE t SET x = id WHERE id % 4 = 1")
+	headFile, headPos := binlogHeadOf(t, m)
+	headSeq, _ := fileSeq(headFile)
+
+	// render is what must not change: topic, key, the change event but its processing time
+	// ts_ms, and the position
+	render := func(r connect.Record) string {
+		k, _ := connect.AppendJSON(nil, r.Key)
+		v := "tombstone"
+		if r.Value != nil && r.Topic != "test" {
+			ev := event(t, r)
+			j, _ := connect.AppendJSON(nil, []any{ev.Before, ev.After, ev.Source, string(ev.Op)})
+			v = string(j)
+		} else if r.Value != nil {
+			v = "schema change"
+		}
+		return fmt.Sprintf("%s %s %s %x %s", r.Topic, k, v, r.Position.Order, r.Position.State)
+	}
+	// read streams up to the head; lag > 0 renders and releases each batch lag batches after
+	// it was read, lag 0 renders each batch at once and never releases it
+	read := func(src *Source, lag int) []string {
+		var out []string
+		var pending []connect.Batch
+		route := func(b connect.Batch) {
+			for _, r := range b.Records {
+				out = append(out, render(r))
+			}
+			if b.Release != nil {
+				b.Release()
+			}
+		}
+		released := 0
+		for {
+			b, err := src.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Records) == 0 {
+				st, err := parseState(b.Position.State)
+				if err == nil && st.Snapshot == nil {
+					if seq, _ := fileSeq(st.File); seq > headSeq || seq == headSeq && uint64(st.Pos) >= headPos {
+						break
+					}
+				}
+				continue
+			}
+			if lag == 0 {
+				for _, r := range b.Records {
+					out = append(out, render(r))
+				}
+				continue
+			}
+			if b.Release != nil {
+				released++
+			}
+			pending = append(pending, b)
+			if len(pending) > lag {
+				route(pending[0])
+				pending = pending[1:]
+			}
+		}
+		for _, b := range pending {
+			route(b)
+		}
+		if lag > 0 && released < 100 {
+			t.Fatalf("%d batches had a Release, want at least 100", released)
+		}
+		return out
+	}
+	want := read(never, 0)
+	got := read(late, 3)
+	// 3000 inserts, 1500 updates, 600 key changes (delete, tombstone, create), a schema
+	// change, 1000 deletes with tombstones, 500 updates
+	if n := 3000 + 1500 + 3*600 + 1 + 2*1000 + 500; len(want) != n || len(got) != n {
+		t.Fatalf("%d records released late, %d never released, want %d", len(got), len(want), n)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("record %d:\n got %s\nwant %s", i, got[i], want[i])
+		}
+	}
+	rc := late.strm.rc
+	rc.fields.mu.Lock()
+	defer rc.fields.mu.Unlock()
+	if len(rc.fields.free) == 0 {
+		t.Fatal("no field slab came back to the stream's recycler")
+	}
+}
+
+// A recycled field slab holds a released batch's fields: take hands out zero fields all the
+// same, as from a fresh slab (a field left unset must not show, or keep alive, a value of an
+// earlier batch).
+func TestFieldArenaClearsRecycledSlabs(t *testing.T) {
+	rc := &recycler{}
+	a := fieldArena{rc: rc}
+	var bx boxer
+	var firstSlab *connect.Field
+	for batch := range 3 {
+		a.reset()
+		for i := range 100 {
+			r := a.take(7)
+			for j := range r {
+				if r[j].Name != "" || r[j].Value != nil {
+					t.Fatalf("batch %d, take %d: field %d is %v, want a zero field", batch, i, j, r[j])
+				}
+				r[j] = connect.Field{Name: "f", Value: int64(batch*1000 + i)}
+			}
+			if i == 0 && batch == 0 {
+				firstSlab = &r[0]
+			} else if i == 0 && &r[0] != firstSlab {
+				t.Fatalf("batch %d is not in the released batch's slab", batch)
+			}
+		}
+		rc.batch(&a, &bx, nil, nil)()
+	}
+}

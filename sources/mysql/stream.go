@@ -113,8 +113,8 @@ type streamer struct {
 
 func newStreamer(s *Source, st *state) *streamer {
 	m := &streamer{s: s, tables: map[uint64]*tableMeta{}, rc: &recycler{}}
-	// only the records' fields and rows are recycled: values (a transaction's GTID, ...) may
-	// be shared by the records of later batches
+	// only the records' fields and rows are recycled: most values are boxed by the decoder,
+	// in memory of its own that a rows event carries from one batch into the next
 	m.fields.rc, m.bx.rc = m.rc, m.rc
 	m.setResume(st.File, st.Pos, st.Row, st.GTID)
 	m.boundFile, m.boundPos = st.File, st.Pos

@@ -366,6 +366,8 @@ func (s *Source) Read(ctx context.Context) (connect.Batch, error) {
 	if s.phase == phaseSnapshotting && s.snap != nil {
 		s.slab.Pool = &s.snap.pool
 	}
+	// (should this Read go on to the stream after a reconnect, the stream's batches carry no
+	// Release: chunks they take from the pool never go back to it, so nothing is reused)
 	for {
 		if s.lost != nil {
 			// the connection was lost: start again after the last returned batch; a Read
@@ -395,6 +397,13 @@ func (s *Source) Read(ctx context.Context) (connect.Batch, error) {
 			return b, nil
 		}
 		if ctx.Err() != nil {
+			if s.phase == phaseSnapshotting {
+				// the rows the cancelled call took from the chunk query (the held one
+				// too) are gone: the next Read starts again after the last returned batch
+				s.lost = ctx.Err()
+				s.attempt, s.backoff, s.nextTry = 0, 500*time.Millisecond, time.Now()
+				s.teardown(ctx)
+			}
 			return connect.Batch{}, ctx.Err()
 		}
 		if connect.IsPermanent(err) {

@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -108,5 +110,44 @@ func TestSnapshotThenStream(t *testing.T) {
 				t.Fatalf("truncate record: op %v key %v", ev.Op, recs[14].Key)
 			}
 		})
+	}
+}
+
+// A Read cancelled by its context during the snapshot loses no row: the next Read goes on right
+// after the last batch returned, with the row held back for the next batch and the rows the
+// cancelled Read had taken from the chunk query.
+func TestSnapshotCancelledReadLosesNoRow(t *testing.T) {
+	db := newDB(t, sharedPG(t))
+	db.exec(t, "CREATE TABLE a (id int PRIMARY KEY, v int)", "INSERT INTO a SELECT g, g FROM generate_series(1, 300) g")
+	src := openSource(t, db.config(map[string]string{KeySnapshotMode: SnapshotInitialOnly, KeyMaxBatchSize: "10", KeySnapshotFetchSize: "1000"}), connect.Position{})
+	ctx := testCtx(t)
+	var ids []int64
+	read := func(ctx context.Context) error {
+		b, err := src.Read(ctx)
+		for _, r := range b.Records {
+			ids = append(ids, r.Key.(connect.Row)[0].Value.(int64))
+		}
+		return err
+	}
+	if err := read(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := read(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Read: %v, want %v", err, context.Canceled)
+	}
+	for src.phase != phaseDone {
+		if err := read(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, id := range ids {
+		if id != int64(i+1) {
+			t.Fatalf("record %d is row %d, want row %d (rows %v...)", i, id, i+1, ids[:min(len(ids), i+3)])
+		}
+	}
+	if len(ids) != 300 {
+		t.Fatalf("%d rows, want 300", len(ids))
 	}
 }
