@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"sort"
@@ -91,6 +92,16 @@ func (h *harness) stop() {
 }
 
 // waitState polls until the connector's task is in state, or fails after 10s.
+// waitCommitted waits until the datagen connector gen has committed its first events events.
+func (h *harness) waitCommitted(events int64) {
+	h.t.Helper()
+	want := fmt.Sprintf(`{"v":1,"next":%d}`, events)
+	waitFor(h.t, "every event to be committed", func() bool {
+		pos, err := h.rt.SourceOffset(h.t.Context(), "gen")
+		return err == nil && string(pos.State) == want
+	})
+}
+
 func (h *harness) waitState(name string, want runtime.State) runtime.Status {
 	h.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

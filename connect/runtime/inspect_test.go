@@ -62,10 +62,7 @@ func TestTail(t *testing.T) {
 	h := newHarness(t, log, newRegistry(t), func(o *runtime.Options) { o.TopicDefaults.Partitions = 2 })
 	h.add("gen", "datagen", datagenConfig(60, 6, 10, "datagen.tables", "customers"))
 	h.start()
-	waitFor(t, "every event to be committed", func() bool {
-		pos, err := h.rt.SourceOffset(t.Context(), "gen")
-		return err == nil && string(pos.State) == `{"v":1,"next":60}`
-	})
+	h.waitCommitted(60)
 	h.stop()
 	want := readAll(t, log, topic)
 

@@ -113,29 +113,15 @@ func (s *recyclingSource) Read(ctx context.Context) (connect.Batch, error) {
 func TestSourceBatchReleasedAfterEncoding(t *testing.T) {
 	const events = 3000
 	log := runtimetest.NewLog()
-	p := datagen.Plugin()
-	inner := p.NewSource
 	var src *recyclingSource
-	p.Name, p.NewSource = "recycling", func(cfg connect.Config, env connect.Env) (connect.Source, error) {
-		in, err := inner(cfg, env)
-		src = &recyclingSource{Source: in}
-		return src, err
-	}
-	h := newHarness(t, log, newRegistry(t, append([]connect.Plugin{p}, transforms.Plugins()...)...),
-		func(o *runtime.Options) {
-			o.TopicDefaults.Partitions = 3
-			o.Chain = transformChain
-		})
+	h := transformHarness(t, log, recyclingPlugin(&src), 3)
 	cfg := datagenConfig(events, 40, 25,
 		"transforms", "route",
 		"transforms.route.type", "content_router",
 		"transforms.route.topic.expression", "value.source.table")
 	h.add("gen", "recycling", cfg)
 	h.start()
-	waitFor(t, "every event to be committed", func() bool {
-		pos, err := h.rt.SourceOffset(t.Context(), "gen")
-		return err == nil && string(pos.State) == fmt.Sprintf(`{"v":1,"next":%d}`, events)
-	})
+	h.waitCommitted(events)
 	h.stop()
 
 	// what the log must hold: datagen's records, routed to their table's topic (tombstones,
@@ -196,14 +182,8 @@ func TestSourceBatchReleasedAfterEncoding(t *testing.T) {
 func TestSourceRejectedRecordReleased(t *testing.T) {
 	const events = 1000
 	log := runtimetest.NewLog()
-	p := datagen.Plugin()
-	inner := p.NewSource
-	p.Name, p.NewSource = "recycling", func(cfg connect.Config, env connect.Env) (connect.Source, error) {
-		in, err := inner(cfg, env)
-		return &recyclingSource{Source: in}, err
-	}
-	h := newHarness(t, log, newRegistry(t, append([]connect.Plugin{p}, transforms.Plugins()...)...),
-		func(o *runtime.Options) { o.Chain = transformChain })
+	var src *recyclingSource
+	h := transformHarness(t, log, recyclingPlugin(&src), 0)
 	// orders get a number for a topic: rejected
 	cfg := datagenConfig(events, 40, 25,
 		"transforms", "route",
@@ -213,10 +193,7 @@ func TestSourceRejectedRecordReleased(t *testing.T) {
 		"errors.deadletterqueue.topic.name", "gen-dlq")
 	h.add("gen", "recycling", cfg)
 	h.start()
-	waitFor(t, "every event to be committed", func() bool {
-		pos, err := h.rt.SourceOffset(t.Context(), "gen")
-		return err == nil && string(pos.State) == fmt.Sprintf(`{"v":1,"next":%d}`, events)
-	})
+	h.waitCommitted(events)
 	h.stop()
 
 	s := settings(t, cfg)
@@ -249,6 +226,30 @@ func TestSourceRejectedRecordReleased(t *testing.T) {
 			t.Fatalf("dead letter %d:\n got %s\nwant %s", i, g, want[i])
 		}
 	}
+}
+
+// recyclingPlugin is datagen as a recyclingSource; *last is set to each new instance.
+func recyclingPlugin(last **recyclingSource) connect.Plugin {
+	p := datagen.Plugin()
+	inner := p.NewSource
+	p.Name, p.NewSource = "recycling", func(cfg connect.Config, env connect.Env) (connect.Source, error) {
+		in, err := inner(cfg, env)
+		*last = &recyclingSource{Source: in}
+		return *last, err
+	}
+	return p
+}
+
+// transformHarness is a harness with the built-in transforms and the source plugin p; topics
+// get partitions partitions (0: the default).
+func transformHarness(t *testing.T, log runtime.Log, p connect.Plugin, partitions int32) *harness {
+	return newHarness(t, log, newRegistry(t, append([]connect.Plugin{p}, transforms.Plugins()...)...),
+		func(o *runtime.Options) {
+			if partitions > 0 {
+				o.TopicDefaults.Partitions = partitions
+			}
+			o.Chain = transformChain
+		})
 }
 
 // transformChain builds chains of the built-in transforms.
@@ -343,11 +344,7 @@ func TestSourceTopicFromRewrittenMemory(t *testing.T) {
 			p := connect.Plugin{Name: "rewriting", Kind: connect.KindSource,
 				NewSource: func(connect.Config, connect.Env) (connect.Source, error) { return src, nil }}
 			log := runtimetest.NewLog()
-			h := newHarness(t, log, newRegistry(t, append([]connect.Plugin{p}, transforms.Plugins()...)...),
-				func(o *runtime.Options) {
-					o.TopicDefaults.Partitions = 1
-					o.Chain = transformChain
-				})
+			h := transformHarness(t, log, p, 1)
 			cfg := map[string]string{"offset.flush.interval.ms": "0"}
 			for i := 0; i+1 < len(tc.chain); i += 2 {
 				cfg[tc.chain[i]] = tc.chain[i+1]

@@ -112,10 +112,7 @@ func TestSourceExactlyOnceAcrossFailedAppends(t *testing.T) {
 	h.add("gen", "datagen", cfg)
 	h.start()
 	s := settings(t, cfg)
-	waitFor(t, "every event to be committed", func() bool {
-		pos, err := h.rt.SourceOffset(t.Context(), "gen")
-		return err == nil && string(pos.State) == `{"v":1,"next":4000}`
-	})
+	h.waitCommitted(4000)
 	h.stop()
 	checkExactlyOnce(t, log, s, events)
 	st, _ := h.rt.Status("gen")
@@ -206,10 +203,7 @@ func testAckedOnlyAfterAppend(t *testing.T, partitions int32, cfg map[string]str
 	h = newHarness(t, log, newRegistry(t, p), func(o *runtime.Options) { o.TopicDefaults.Partitions = partitions })
 	h.add("gen", "checked", cfg)
 	h.start()
-	waitFor(t, "every event to be committed", func() bool {
-		pos, err := h.rt.SourceOffset(t.Context(), "gen")
-		return err == nil && string(pos.State) == `{"v":1,"next":2000}`
-	})
+	h.waitCommitted(2000)
 	h.stop()
 	mu.Lock()
 	defer mu.Unlock()
@@ -257,10 +251,7 @@ func TestSourceRepeatsWithinARun(t *testing.T) {
 	cfg := datagenConfig(events, 40, 10)
 	h.add("gen", "repeating", cfg)
 	h.start()
-	waitFor(t, "every event to be committed", func() bool {
-		pos, err := h.rt.SourceOffset(t.Context(), "gen")
-		return err == nil && string(pos.State) == `{"v":1,"next":1000}`
-	})
+	h.waitCommitted(1000)
 	h.stop()
 	checkExactlyOnce(t, log, settings(t, cfg), events)
 	st, _ := h.rt.Status("gen")
@@ -286,10 +277,7 @@ func TestSourceTopicsOfDifferentPartitionCounts(t *testing.T) {
 	cfg := datagenConfig(events, 40, 50)
 	h.add("gen", "datagen", cfg)
 	h.start()
-	waitFor(t, "every event to be committed", func() bool {
-		pos, err := h.rt.SourceOffset(t.Context(), "gen")
-		return err == nil && string(pos.State) == fmt.Sprintf(`{"v":1,"next":%d}`, events)
-	})
+	h.waitCommitted(events)
 	h.stop()
 	s := settings(t, cfg)
 	if len(s.Tables) < 3 {

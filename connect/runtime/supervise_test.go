@@ -234,10 +234,7 @@ func TestSourceTransformRejectionGoesToDLQ(t *testing.T) {
 		"errors.tolerance", "all", "errors.deadletterqueue.topic.name", "gen-dlq")
 	h.add("gen", "datagen", cfg)
 	h.start()
-	waitFor(t, "every event", func() bool {
-		pos, _ := h.rt.SourceOffset(t.Context(), "gen")
-		return string(pos.State) == `{"v":1,"next":200}`
-	})
+	h.waitCommitted(200)
 	h.stop()
 	s := settings(t, cfg)
 	deletes := 0
@@ -583,10 +580,7 @@ func TestSourceRejectionsKeepTheirOrder(t *testing.T) {
 				"errors.tolerance", "all", "errors.deadletterqueue.topic.name", "gen-dlq")
 			h.add("gen", "datagen", cfg)
 			h.start()
-			waitFor(t, "every event", func() bool {
-				pos, _ := h.rt.SourceOffset(t.Context(), "gen")
-				return string(pos.State) == fmt.Sprintf(`{"v":1,"next":%d}`, events)
-			})
+			h.waitCommitted(events)
 			h.stop()
 			s := settings(t, cfg)
 			var want []string // the stage and key of each rejected record, in source order

@@ -50,44 +50,18 @@ func TestSnapshotReleasedBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer src.Close(ctx)
-		var out []string
-		var pending []connect.Batch
-		route := func(b connect.Batch) {
-			for _, r := range b.Records {
-				out = append(out, render(r))
-			}
-			if b.Release != nil {
-				b.Release()
-			}
-		}
-		released := 0
+		l := &lateRelease{lag: lag, render: render}
 		for src.phase != phaseIdle {
 			b, err := src.Read(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if lag == 0 {
-				for _, r := range b.Records {
-					out = append(out, render(r))
-				}
-				continue
-			}
-			if b.Release != nil {
-				released++
-			}
-			pending = append(pending, b)
-			if len(pending) > lag {
-				route(pending[0])
-				pending = pending[1:]
-			}
+			l.add(b)
 		}
-		for _, b := range pending {
-			route(b)
+		if lag > 0 && l.released < 2*lag {
+			t.Fatalf("%d batches had a Release, want at least %d", l.released, 2*lag)
 		}
-		if lag > 0 && released < 2*lag {
-			t.Fatalf("%d batches had a Release, want at least %d", released, 2*lag)
-		}
-		return out
+		return l.finish()
 	}
 	want := read(0)
 	got := read(12)
@@ -186,17 +160,7 @@ func TestStreamReleasedBatches(t *testing.T) {
 	// read streams up to the head; lag > 0 renders and releases each batch lag batches after
 	// it was read, lag 0 renders each batch at once and never releases it
 	read := func(src *Source, lag int) []string {
-		var out []string
-		var pending []connect.Batch
-		route := func(b connect.Batch) {
-			for _, r := range b.Records {
-				out = append(out, render(r))
-			}
-			if b.Release != nil {
-				b.Release()
-			}
-		}
-		released := 0
+		l := &lateRelease{lag: lag, render: render}
 		for {
 			b, err := src.Read(ctx)
 			if err != nil {
@@ -211,28 +175,12 @@ func TestStreamReleasedBatches(t *testing.T) {
 				}
 				continue
 			}
-			if lag == 0 {
-				for _, r := range b.Records {
-					out = append(out, render(r))
-				}
-				continue
-			}
-			if b.Release != nil {
-				released++
-			}
-			pending = append(pending, b)
-			if len(pending) > lag {
-				route(pending[0])
-				pending = pending[1:]
-			}
+			l.add(b)
 		}
-		for _, b := range pending {
-			route(b)
+		if lag > 0 && l.released < 100 {
+			t.Fatalf("%d batches had a Release, want at least 100", l.released)
 		}
-		if lag > 0 && released < 100 {
-			t.Fatalf("%d batches had a Release, want at least 100", released)
-		}
-		return out
+		return l.finish()
 	}
 	want := read(never, 0)
 	got := read(late, 3)
@@ -280,4 +228,48 @@ func TestFieldArenaClearsRecycledSlabs(t *testing.T) {
 		}
 		rc.batch(&a, &bx, nil, nil)()
 	}
+}
+
+// lateRelease renders the records of batches and releases each batch lag batches after it came,
+// as a runtime with batches in flight does; with lag 0 it renders each batch at once and never
+// releases it.
+type lateRelease struct {
+	lag      int
+	render   func(connect.Record) string
+	out      []string
+	pending  []connect.Batch
+	released int // batches that came with a Release
+}
+
+func (l *lateRelease) add(b connect.Batch) {
+	if l.lag == 0 {
+		l.route(b, false)
+		return
+	}
+	if b.Release != nil {
+		l.released++
+	}
+	l.pending = append(l.pending, b)
+	if len(l.pending) > l.lag {
+		l.route(l.pending[0], true)
+		l.pending = l.pending[1:]
+	}
+}
+
+func (l *lateRelease) route(b connect.Batch, release bool) {
+	for _, r := range b.Records {
+		l.out = append(l.out, l.render(r))
+	}
+	if release && b.Release != nil {
+		b.Release()
+	}
+}
+
+// finish routes the batches still pending and returns the renderings of all.
+func (l *lateRelease) finish() []string {
+	for _, b := range l.pending {
+		l.route(b, true)
+	}
+	l.pending = nil
+	return l.out
 }
