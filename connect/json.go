@@ -23,12 +23,53 @@ const maxDepth = 256
 // kinds, time.Time (RFC 3339, nanoseconds) and map[string]any (sorted keys) are accepted for
 // convenience. A value outside the data model is an error.
 func AppendJSON(dst []byte, v any) ([]byte, error) {
-	return appendValue(dst, v, 0)
+	return appendValue(dst, v, 0, nil)
 }
 
 // JSONMemo lets AppendJSONMemo render once a Row that several values hold, such as the source
 // block a batch's change events share. The zero value is ready; its memory is reused.
-type JSONMemo struct{ slots [memoSlots]*memoSlot }
+type JSONMemo struct {
+	slots [memoSlots]*memoSlot
+	names nameCache
+}
+
+// nameCache keeps the renderings (`"name":`) of the field names met since the last Reset, by
+// the identity (address and length) of their strings: the columns of a table and the fields of
+// an envelope are the same strings in every record of a batch, so each name is escaped once.
+// An entry keeps its string alive, so no other string can take its address before Reset.
+type nameCache struct {
+	e [nameSlots]nameEntry
+}
+
+type nameEntry struct {
+	name string
+	b    []byte
+}
+
+// nameSlots is the size of a nameCache's table (a power of two).
+const nameSlots = 256
+
+// render appends the rendering of field name to dst.
+func (c *nameCache) render(dst []byte, name string) []byte {
+	if len(name) == 0 {
+		return append(dst, `"":`...)
+	}
+	p := unsafe.StringData(name)
+	e := &c.e[uint64(uintptr(unsafe.Pointer(p)))*0x9E3779B97F4A7C15>>(64-8)&(nameSlots-1)]
+	if unsafe.StringData(e.name) == p && len(e.name) == len(name) {
+		return append(dst, e.b...)
+	}
+	start := len(dst)
+	dst = append(appendString(dst, name), ':')
+	e.name, e.b = name, append(e.b[:0], dst[start:]...)
+	return dst
+}
+
+func (c *nameCache) reset() {
+	for i := range c.e {
+		c.e[i].name = ""
+	}
+}
 
 // memoSlots is how many fields of a top-level Row a JSONMemo follows.
 const memoSlots = 8
@@ -70,25 +111,31 @@ func (m *JSONMemo) Reset() {
 			sl.misses = 0
 		}
 	}
+	m.names.reset()
 }
 
 // AppendJSONMemo is AppendJSON, except that when v is a Row, a Row held directly in one of its
 // first fields that is the very Row (same memory, same length) seen in that field by one of
-// the last calls is copied from m instead of rendered again. The caller must Reset m before
-// any Row it saw may have been modified or freed; Rows are not modified in place (see
-// Transform).
+// the last calls is copied from m instead of rendered again, and so is the rendering of a
+// field name (at any depth) whose string m saw since its last Reset. The caller must Reset m
+// before any Row or field name it saw may have been modified or freed; Rows are not modified
+// in place (see Transform).
 func AppendJSONMemo(dst []byte, v any, m *JSONMemo) ([]byte, error) {
 	x, ok := v.(Row)
-	if !ok || x == nil || m == nil {
-		return appendValue(dst, v, 0)
+	if m == nil {
+		return appendValue(dst, v, 0, nil)
+	}
+	nc := &m.names
+	if !ok || x == nil {
+		return appendValue(dst, v, 0, nc)
 	}
 	dst = append(dst, '{')
 	var err error
 	for i := range x {
-		dst = appendFieldName(dst, i, x[i].Name)
+		dst = appendFieldName(dst, i, x[i].Name, nc)
 		r, ok := x[i].Value.(Row)
 		if !ok || len(r) == 0 || i >= memoSlots {
-			if dst, err = appendValue(dst, x[i].Value, 1); err != nil {
+			if dst, err = appendValue(dst, x[i].Value, 1, nc); err != nil {
 				return dst, err
 			}
 			continue
@@ -107,7 +154,7 @@ func AppendJSONMemo(dst []byte, v any, m *JSONMemo) ([]byte, error) {
 			continue
 		}
 		start := len(dst)
-		if dst, err = appendValue(dst, x[i].Value, 1); err != nil { // the boxed Row: no new box
+		if dst, err = appendValue(dst, x[i].Value, 1, nc); err != nil { // the boxed Row: no new box
 			return dst, err
 		}
 		e.first, e.n = first, len(r)
@@ -149,7 +196,7 @@ func (r *Row) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func appendValue(dst []byte, v any, depth int) ([]byte, error) {
+func appendValue(dst []byte, v any, depth int, nc *nameCache) ([]byte, error) {
 	if depth > maxDepth {
 		return dst, errors.New("value nested too deeply")
 	}
@@ -164,25 +211,25 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 	case string:
 		return appendString(dst, x), nil
 	case int64:
-		return strconv.AppendInt(dst, x, 10), nil
+		return appendInt(dst, x), nil
 	case int:
-		return strconv.AppendInt(dst, int64(x), 10), nil
+		return appendInt(dst, int64(x)), nil
 	case int32:
-		return strconv.AppendInt(dst, int64(x), 10), nil
+		return appendInt(dst, int64(x)), nil
 	case int16:
-		return strconv.AppendInt(dst, int64(x), 10), nil
+		return appendInt(dst, int64(x)), nil
 	case int8:
-		return strconv.AppendInt(dst, int64(x), 10), nil
+		return appendInt(dst, int64(x)), nil
 	case uint64:
-		return strconv.AppendUint(dst, x, 10), nil
+		return appendUint(dst, x), nil
 	case uint:
-		return strconv.AppendUint(dst, uint64(x), 10), nil
+		return appendUint(dst, uint64(x)), nil
 	case uint32:
-		return strconv.AppendUint(dst, uint64(x), 10), nil
+		return appendUint(dst, uint64(x)), nil
 	case uint16:
-		return strconv.AppendUint(dst, uint64(x), 10), nil
+		return appendUint(dst, uint64(x)), nil
 	case uint8:
-		return strconv.AppendUint(dst, uint64(x), 10), nil
+		return appendUint(dst, uint64(x)), nil
 	case float64:
 		return appendFloat(dst, x, 64), nil
 	case float32:
@@ -201,8 +248,8 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 		dst = append(dst, '{')
 		var err error
 		for i := range x {
-			dst = appendFieldName(dst, i, x[i].Name)
-			if dst, err = appendValue(dst, x[i].Value, depth+1); err != nil {
+			dst = appendFieldName(dst, i, x[i].Name, nc)
+			if dst, err = appendValue(dst, x[i].Value, depth+1, nc); err != nil {
 				return dst, err
 			}
 		}
@@ -217,7 +264,7 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			if dst, err = appendValue(dst, x[i], depth+1); err != nil {
+			if dst, err = appendValue(dst, x[i], depth+1, nc); err != nil {
 				return dst, err
 			}
 		}
@@ -226,7 +273,7 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 		if x == nil {
 			return append(dst, "null"...), nil
 		}
-		return appendValue(dst, RowFromMap(x), depth)
+		return appendValue(dst, RowFromMap(x), depth, nc)
 	case time.Time:
 		return appendString(dst, x.Format(time.RFC3339Nano)), nil
 	default:
@@ -236,9 +283,12 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 
 // appendFieldName appends the name of a Row's i-th field and its colon, after a comma unless
 // it is the first.
-func appendFieldName(dst []byte, i int, name string) []byte {
+func appendFieldName(dst []byte, i int, name string, nc *nameCache) []byte {
 	if i > 0 {
 		dst = append(dst, ',')
+	}
+	if nc != nil {
+		return nc.render(dst, name)
 	}
 	dst = appendString(dst, name)
 	return append(dst, ':')

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -488,5 +489,45 @@ func TestAppendStringWords(t *testing.T) {
 			b[at] = byte(c)
 			check(string(b))
 		}
+	}
+}
+
+// Field names are rendered from the memo's name cache: names that need escaping, names that
+// share their first byte's address with different lengths (substrings of one string), more
+// names than the cache has entries (collisions), an empty name, and names whose memory is
+// rewritten in place between two Resets (as a source's recycled memory is between batches).
+func TestJSONMemoFieldNames(t *testing.T) {
+	long := "after_id_name"
+	names := []string{long[:5], long[:8], long, "", "quo\"te", "tab\there", "é", "\x01ctl", long[6:8]}
+	for i := range 600 {
+		names = append(names, fmt.Sprintf("col_%d", i))
+	}
+	mem := []byte("abcdef")
+	rewritten := unsafe.String(&mem[0], len(mem))
+	var m JSONMemo
+	for round := range 3 {
+		var row Row
+		for i, n := range names {
+			row = append(row, Field{Name: n, Value: int64(i)})
+		}
+		ev := Row{{Name: "after", Value: row}, {Name: rewritten, Value: Row{{Name: rewritten, Value: rewritten}}}}
+		for range 2 {
+			want, err := AppendJSON(nil, ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := AppendJSONMemo(nil, ev, &m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Fatalf("round %d:\n got %s\nwant %s", round, got, want)
+			}
+			if !strings.Contains(string(got), `"`+string(mem)+`":{"`+string(mem)+`":`) {
+				t.Fatalf("round %d: the rewritten name %q is not rendered as it is now: %s", round, mem, got)
+			}
+		}
+		m.Reset()
+		copy(mem, fmt.Sprintf("xyz%03d", round)) // same address and length, new bytes
 	}
 }

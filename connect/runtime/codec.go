@@ -23,14 +23,15 @@ func (a *arena) reset() { a.buf = a.buf[:0] }
 // appends to the arena never write into it).
 func (a *arena) take(start int) []byte { return a.buf[start:len(a.buf):len(a.buf)] }
 
-// encodeKey returns the log bytes of a record key (nil for a nil key).
-func (a *arena) encodeKey(key any) ([]byte, error) {
+// encodeKey returns the log bytes of a record key (nil for a nil key). A nil memo renders every
+// key whole.
+func (a *arena) encodeKey(key any, memo *connect.JSONMemo) ([]byte, error) {
 	if key == nil {
 		return nil, nil
 	}
 	start := len(a.buf)
 	var err error
-	if a.buf, err = connect.AppendJSON(a.buf, key); err != nil {
+	if a.buf, err = connect.AppendJSONMemo(a.buf, key, memo); err != nil {
 		a.buf = a.buf[:start]
 		return nil, fmt.Errorf("encode key: %w", err)
 	}

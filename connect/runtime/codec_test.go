@@ -44,7 +44,7 @@ func TestDecodeRecord(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var a arena
-			k, _ := a.encodeKey(tc.rec.Key)
+			k, _ := a.encodeKey(tc.rec.Key, nil)
 			v, _ := a.encodeValue(tc.rec.Value, nil)
 			_, hs := a.encodeHeaders(nil, &tc.rec)
 			if tc.headers != nil {

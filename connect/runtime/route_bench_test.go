@@ -77,7 +77,7 @@ func BenchmarkSinkPrepare(b *testing.B) {
 	var hs []LogHeader
 	for e := range int64(chunkRecords) {
 		r := s.Records(e)[0]
-		k, _ := a.encodeKey(r.Key)
+		k, _ := a.encodeKey(r.Key, nil)
 		v, _ := a.encodeValue(r.Value, nil)
 		var h []LogHeader
 		hs, h = a.encodeHeaders(hs, &r)

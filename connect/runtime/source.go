@@ -314,7 +314,7 @@ func (t *sourceTask) add(b *sourceBatch, r *connect.Record) error {
 		t.lastParts = n
 	}
 	n := t.lastParts
-	key, err := b.arena.encodeKey(r.Key)
+	key, err := b.arena.encodeKey(r.Key, &t.memo)
 	if err != nil {
 		return t.reject(b, r, stageKeyConverter, t.c.Plugin.Class(), err)
 	}
