@@ -46,6 +46,18 @@ type nameEntry struct {
 	b    []byte
 }
 
+// addrHash mixes an address into 64 bits whose top bits index a memo table. A plain
+// multiplicative hash maps evenly spaced addresses (Rows of one size, allocated in a run) to
+// evenly spaced entries, and two runs of them onto each other; the shifts before and after
+// the multiplication break that structure.
+func addrHash(p unsafe.Pointer) uint64 {
+	x := uint64(uintptr(p))
+	x ^= x >> 29
+	x *= 0xBF58476D1CE4E5B9
+	x ^= x >> 32
+	return x * 0x94D049BB133111EB
+}
+
 // nameSlots is the size of a nameCache's table (a power of two).
 const nameSlots = 256
 
@@ -55,7 +67,7 @@ func (c *nameCache) render(dst []byte, name string) []byte {
 		return append(dst, `"":`...)
 	}
 	p := unsafe.StringData(name)
-	e := &c.e[uint64(uintptr(unsafe.Pointer(p)))*0x9E3779B97F4A7C15>>(64-8)&(nameSlots-1)]
+	e := &c.e[addrHash(unsafe.Pointer(p))>>(64-8)]
 	if unsafe.StringData(e.name) == p && len(e.name) == len(name) {
 		return append(dst, e.b...)
 	}
@@ -89,13 +101,18 @@ type memoRow struct {
 	kept  bool
 }
 
-// memoSeen is how many Rows a field remembers (a MySQL transaction shares one source block
-// per row number of its rows events, a few dozen of them).
-const memoSeen = 128
+// memoSeen is how many Rows a field remembers: a MySQL transaction shares one source block per
+// row number of its rows events, a few hundred of them with 8 KiB events of short rows, and
+// each is met again in every event of the transaction.
+const memoSeen = 1 << memoSeenBits
+
+const memoSeenBits = 11
 
 // memoMaxBytes bounds a kept rendering (a source block takes a few hundred bytes), so that a
-// JSONMemo holds at most memoSlots*memoSeen*memoMaxBytes (1 MiB) of them.
-const memoMaxBytes = 1 << 10
+// JSONMemo holds at most memoSlots*memoSeen*memoMaxBytes (4 MiB) of them; in practice only the
+// fields that hold Rows (before, after, source) keep any, and before and after stop keeping
+// after memoMisses.
+const memoMaxBytes = 512
 
 // memoMisses is how many different Rows in a row stop a field's renderings from being kept
 // (an after-image never repeats), until a Row repeats there.
@@ -108,7 +125,8 @@ func (m *JSONMemo) Reset() {
 			for i := range sl.seen {
 				sl.seen[i].first, sl.seen[i].n, sl.seen[i].kept = nil, 0, false
 			}
-			sl.misses = 0
+			// misses carries over: a field whose Rows never repeat (an after-image) stays
+			// watched only, instead of copying memoMisses renderings again in every batch
 		}
 	}
 	m.names.reset()
@@ -146,7 +164,7 @@ func AppendJSONMemo(dst []byte, v any, m *JSONMemo) ([]byte, error) {
 			m.slots[i] = sl
 		}
 		first := &r[0]
-		e := &sl.seen[uint64(uintptr(unsafe.Pointer(first)))>>4*0x9E3779B97F4A7C15>>(64-7)&(memoSeen-1)]
+		e := &sl.seen[addrHash(unsafe.Pointer(first))>>(64-memoSeenBits)]
 		same := e.first == first && e.n == len(r)
 		if same && e.kept {
 			dst = append(dst, e.b...)

@@ -291,17 +291,18 @@ func TestAppendJSONMemoSameAsAppendJSON(t *testing.T) {
 	var m JSONMemo
 	var events []any
 	shared := source(1)
-	for i := range 1000 {
+	fresh := 100 + memoMisses + 300 // from 100 to here a new block every event: stops being kept
+	for i := range fresh + 500 {
 		switch {
 		case i == 10:
 			shared = source(2) // a new run, same length
 		case i >= 20 && i < 100:
 			shared = cycle[i%len(cycle)]
-		case i >= 100 && i < 500:
-			shared = source(i) // a new block every event: stops being kept
-		case i == 500:
-			shared = source(1000) // repeats from here on: kept again
-		case i >= 700:
+		case i >= 100 && i < fresh:
+			shared = source(i)
+		case i == fresh:
+			shared = source(-1000) // repeats from here on: kept again
+		case i >= fresh+200:
 			shared = cycle[i%len(cycle)]
 		}
 		events = append(events, Row{
@@ -342,7 +343,7 @@ func TestAppendJSONMemoCollisions(t *testing.T) {
 		b := block(i)
 		vals = append(vals, b, b)
 	}
-	cycle := make([]Row, 200)
+	cycle := make([]Row, memoSeen+200)
 	for i := range cycle {
 		cycle[i] = block(1000 + i)
 	}
@@ -407,17 +408,17 @@ func (sl *memoSlot) seenOrNone() []memoRow {
 // neither the shared source block nor the after-images, each new.
 func TestAppendJSONMemoAllocs(t *testing.T) {
 	src := Row{{Name: "db", Value: "inventory"}, {Name: "table", Value: "orders"}}
-	evs := make([]any, 300)
+	evs := make([]any, memoMisses+300)
 	for i := range evs {
 		after := Row{{Name: "id", Value: int64(i)}}
 		evs[i] = Row{{Name: "before", Value: nil}, {Name: "after", Value: after}, {Name: "source", Value: src}, {Name: "op", Value: "c"}}
 	}
 	var m JSONMemo
 	buf := make([]byte, 0, 1024)
-	for _, ev := range evs[:150] {
+	for _, ev := range evs[:memoMisses+150] {
 		buf, _ = AppendJSONMemo(buf[:0], ev, &m)
 	}
-	i := 150
+	i := memoMisses + 150
 	if n := testing.AllocsPerRun(100, func() { buf, _ = AppendJSONMemo(buf[:0], evs[i], &m); i++ }); n != 0 {
 		t.Fatalf("%v allocations per event, want 0", n)
 	}
@@ -529,5 +530,47 @@ func TestJSONMemoFieldNames(t *testing.T) {
 		}
 		m.Reset()
 		copy(mem, fmt.Sprintf("xyz%03d", round)) // same address and length, new bytes
+	}
+}
+
+// A MySQL transaction of 1000 short rows spans rows events of a few hundred rows each, and its
+// records share one source block per row number: every block is met once per event. The memo
+// remembers most of them (a block sharing its memo entry with another is rendered each time),
+// so that a block is rendered about once per batch and copied after. A block changed in place
+// after its first rendering (which the runtime never does, without a Reset) shows which
+// renderings were copied.
+func TestJSONMemoRemembersATransactionsBlocks(t *testing.T) {
+	const perEvent, events = 300, 4
+	blocks := make([]Row, perEvent)
+	for i := range blocks {
+		blocks[i] = Row{{Name: "file", Value: "mysql-bin.000002"}, {Name: "pos", Value: int64(4711)}, {Name: "row", Value: int64(i)}}
+	}
+	var m JSONMemo
+	rendered := 0
+	for e := range events {
+		for i, b := range blocks {
+			ev := Row{{Name: "after", Value: Row{{Name: "id", Value: int64(e*perEvent + i)}}}, {Name: "source", Value: b}}
+			got, err := AppendJSONMemo(nil, ev, &m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := AppendJSON(nil, ev)
+			switch copied := fmt.Sprintf(`"source":{"file":"mysql-bin.000002","pos":4711,"row":%d}}`, i); {
+			case e > 0 && strings.HasSuffix(string(got), copied):
+			case string(got) == string(want):
+				rendered++
+			default:
+				t.Fatalf("event %d, row %d: got %s, want %s or …%s", e, i, got, want, copied)
+			}
+		}
+		if e == 0 {
+			rendered = 0
+			for _, b := range blocks {
+				b[1].Value = int64(-1) // only a rendering shows this
+			}
+		}
+	}
+	if limit := (events - 1) * perEvent * 30 / 100; rendered > limit {
+		t.Fatalf("%d of %d source blocks met before were rendered again, want at most %d", rendered, (events-1)*perEvent, limit)
 	}
 }

@@ -8,20 +8,28 @@ import (
 // BenchmarkRenderBatchMemo renders batches of change events as the runtime does (one JSONMemo,
 // Reset per batch): 2048 inserts per batch, each with its own after-image of the benchmark
 // tables' shape (id, v, s, timestamp) and a source block that is shared by a whole batch
-// ("snapshot") or new for every event ("stream": single-row transactions). Per op: one event.
+// ("snapshot"), new for every event ("stream": single-row transactions), or shared by the rows
+// of a 1000-row transaction with one row number in its 270-row events ("transaction", as in
+// a MySQL binlog). Per op: one event.
 func BenchmarkRenderBatchMemo(b *testing.B) {
-	for _, shared := range []bool{true, false} {
-		name := "stream"
-		if shared {
-			name = "snapshot"
-		}
+	for _, name := range []string{"snapshot", "stream", "transaction"} {
 		b.Run(name, func(b *testing.B) {
 			const batch = 2048
 			src := mysqlSource("true", 4, 0)
+			var txBlocks []Row
 			events := make([]any, batch)
 			for i := range events {
-				if !shared {
+				switch name {
+				case "stream":
 					src = mysqlSource("false", int64(1000+i*300), 0)
+				case "transaction":
+					if i%1000 == 0 {
+						txBlocks = make([]Row, 270)
+						for r := range txBlocks {
+							txBlocks[r] = mysqlSource("false", int64(1000+i*300), int64(r))
+						}
+					}
+					src = txBlocks[i%1000%270]
 				}
 				events[i] = Row{
 					{FieldBefore, nil},
