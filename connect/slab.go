@@ -83,7 +83,7 @@ func (p *SlabPool) Put(c *SlabChunks) {
 	keep(&p.chunks.strs, c.strs, n)
 	keep(&p.chunks.ints, c.ints, n)
 	keep(&p.chunks.floats, c.floats, max(n/4, 4))
-	keep(&p.chunks.rows, c.rows, max(n/8, 4))
+	keep(&p.chunks.rows, c.rows, n)
 	keep(&p.chunks.fields, c.fields, 2*n)
 	keep(&p.chunks.text, c.text, max(32*n, 4096))
 }
@@ -206,7 +206,7 @@ func (s *Slab) Float(f float64) any {
 // Row returns r boxed (nil stays a Row(nil) in the interface, not a nil interface).
 func (s *Slab) Row(r Row) any {
 	if len(s.rows) == cap(s.rows) {
-		s.rows = chunk(s, rowsOf, max(s.size()/8, 4))
+		s.rows = chunk(s, rowsOf, s.size())
 	}
 	s.rows = append(s.rows, r)
 	return box(typRow, unsafe.Pointer(&s.rows[len(s.rows)-1]))

@@ -213,3 +213,38 @@ func TestSlabPoolConcurrentPut(t *testing.T) {
 		t.Fatal(bad)
 	}
 }
+
+// The chunks of the batches a source has in flight fit the pool: a PostgreSQL snapshot's
+// batches of 2048 records with three rows (key, after-image, envelope; the source block is
+// shared) and ten fields each, read ahead of the runtime up to five at a time and released in
+// bursts. Once the pool is
+// warm, a batch takes all its chunks from it and allocates only the lists of those it took.
+func TestSlabPoolServesBatchesInFlight(t *testing.T) {
+	var pool SlabPool
+	s := Slab{Pool: &pool}
+	const inFlight, records = 5, 2048
+	var held []*SlabChunks
+	batch := func() {
+		for i := range records {
+			f := s.Fields(10)
+			f[0].Value = s.Row(f[1:3])
+			f[3].Value = s.Row(f[4:6])
+			f[6].Value = s.Row(f[7:8])
+			f[8].Value = s.Int(int64(1000 + i))
+			f[9].Value = s.String(s.Text([]byte("row 1000000")))
+		}
+		held = append(held, s.Detach())
+		if len(held) == inFlight {
+			for _, c := range held[:inFlight-1] {
+				pool.Put(c)
+			}
+			held = append(held[:0], held[inFlight-1])
+		}
+	}
+	for range 3 * inFlight {
+		batch()
+	}
+	if n := testing.AllocsPerRun(2*inFlight, batch); n > 40 {
+		t.Fatalf("%v allocations per batch of %d records, want at most 40 (the chunk lists)", n, records)
+	}
+}
