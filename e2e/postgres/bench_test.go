@@ -1,10 +1,14 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,6 +46,33 @@ func cpuTime(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the CPU time PostgreSQL's processes have used so far, ended backends included
+// (in their postmaster's children's time): the processes named postgres, the benchmark's server
+// being the only one running.
+func serverCPU(b *testing.B) time.Duration {
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ticks int64
+	for _, d := range dirs {
+		st, err := os.ReadFile(d + "/stat")
+		if err != nil {
+			continue // ended meanwhile
+		}
+		open, end := bytes.IndexByte(st, '('), bytes.LastIndexByte(st, ')')
+		if open < 0 || end < open || !bytes.HasPrefix(st[open+1:end], []byte("postgres")) {
+			continue
+		}
+		f := strings.Fields(string(st[end+2:]))
+		for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
+			n, _ := strconv.ParseInt(f[i], 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ
 }
 
 // cpuPerRow returns the CPU microseconds per row the process spent in run, and run's result.
@@ -237,9 +268,11 @@ func BenchmarkSnapshot(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		s0 := serverCPU(b)
 		t0 := time.Now()
 		tag, err := conn.CopyTo(context.Background(), io.Discard, "COPY (SELECT * FROM items) TO STDOUT")
 		copyTook := time.Since(t0)
+		copyServer := serverCPU(b) - s0
 		conn.Close(context.Background())
 		if err != nil || tag.RowsAffected() != benchRows {
 			b.Fatalf("copy: %v (%d rows)", err, tag.RowsAffected())
@@ -248,7 +281,11 @@ func BenchmarkSnapshot(b *testing.B) {
 		rows := float64(benchRows)
 		alone, aloneCPU := cpuPerRow(b, rows, func() time.Duration { return sourceDrain(b, cfg, benchRows) })
 		cfg["topic.prefix"] = "snap"
+		s0 = serverCPU(b)
 		intoLog, logCPU := cpuPerRow(b, rows, func() time.Duration { return logDrain(b, cfg, "snap.public.items", benchRows) })
+		logServer := serverCPU(b) - s0
+		b.ReportMetric(float64(copyServer.Microseconds())/rows, "copy_server_cpu_us/row")
+		b.ReportMetric(float64(logServer.Microseconds())/rows, "log_server_cpu_us/row")
 		b.ReportMetric(aloneCPU, "snapshot_cpu_us/row")
 		b.ReportMetric(logCPU, "log_cpu_us/row")
 		b.ReportMetric(rows/copyTook.Seconds(), "copy_rows/s")

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,6 +183,30 @@ type chunkQuery struct {
 	keyCols []int    // positions of the chunk key in the select list
 	keyOIDs []uint32 // their types, for the parameters
 	ncols   int      // columns of the row image at the start of the select list
+	nsel    int      // columns of the select list
+	// formats is the result format of each column of the select list; nil: all text
+	formats []int16
+}
+
+// binaryTimestamptz makes the chunk queries return the row image's timestamptz columns (those
+// table.decode formats itself) in binary form, unless they are in the chunk key, whose text
+// the next chunk's query takes: the server then skips formatting them as text, a large part
+// of its work per row of such a table (table.decodeBinary formats them instead).
+func (q *chunkQuery) binaryTimestamptz(t *table) {
+	for i := 0; i < q.ncols && i < len(t.cols); i++ {
+		if t.cols[i].fast != fastTimestamptz || slices.Contains(q.keyCols, i) {
+			continue
+		}
+		if q.formats == nil {
+			q.formats = make([]int16, q.nsel) // pgtype.TextFormatCode is 0
+		}
+		q.formats[i] = pgtype.BinaryFormatCode
+	}
+}
+
+// binary reports whether column i of the select list comes in binary form.
+func (q *chunkQuery) binary(i int) bool {
+	return q.formats != nil && q.formats[i] == pgtype.BinaryFormatCode
 }
 
 // newChunkQuery builds the chunk queries of a table whose row image has the given columns.
@@ -216,6 +241,7 @@ func newChunkQuery(schema, name string, cols []colDef, keyNames []string, keyTyp
 			order = append(order, quoteIdent(k))
 		}
 	}
+	q.nsel = len(sel)
 	from := " FROM " + qualified(schema, name)
 	orderBy := " ORDER BY " + strings.Join(order, ", ") + " LIMIT " + strconv.Itoa(limit)
 	q.first = "SELECT " + strings.Join(sel, ", ") + from + orderBy
@@ -228,12 +254,17 @@ func newChunkQuery(schema, name string, cols []colDef, keyNames []string, keyTyp
 	return q
 }
 
-// start runs the chunk after lastKey (the first chunk when nil); the rows come in text form.
+// start runs the chunk after lastKey (the first chunk when nil); the rows come in text form,
+// except the columns binaryTimestamptz chose.
 func (q *chunkQuery) start(ctx context.Context, c *pgconn.PgConn, lastKey [][]byte) *pgconn.ResultReader {
-	if lastKey == nil {
-		return c.ExecParams(ctx, q.first, nil, nil, nil, []int16{pgtype.TextFormatCode})
+	formats := q.formats
+	if formats == nil {
+		formats = []int16{pgtype.TextFormatCode}
 	}
-	return c.ExecParams(ctx, q.next, lastKey, q.keyOIDs, nil, []int16{pgtype.TextFormatCode})
+	if lastKey == nil {
+		return c.ExecParams(ctx, q.first, nil, nil, nil, formats)
+	}
+	return c.ExecParams(ctx, q.next, lastKey, q.keyOIDs, nil, formats)
 }
 
 // openSnapshot begins the snapshot transaction on the catalog connection.
@@ -334,6 +365,7 @@ WHERE a.attrelid = $1 AND a.attname = ANY ($2)`, ref.OID, keyNames)
 		rows.Close()
 	}
 	st := &snapTable{ref: ref, t: t, chunk: newChunkQuery(ref.Schema, ref.Name, defs, keyNames, keyTypes, s.set.fetchSize)}
+	st.chunk.binaryTimestamptz(t)
 	// the key form of the Order when every chunk key column can be encoded
 	if keyNames == nil {
 		st.enc = []keyEncoder{encodeTIDKey}
@@ -451,6 +483,9 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 	err := t.decode(func(i int) (byte, []byte) {
 		if vals[i] == nil {
 			return kindNull, nil
+		}
+		if cur.chunk.binary(i) {
+			return kindBinary, vals[i]
 		}
 		return kindText, vals[i]
 	})

@@ -3,6 +3,7 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -117,6 +118,7 @@ const (
 	kindNull      = 'n'
 	kindText      = 't'
 	kindUnchanged = 'u'
+	kindBinary    = 'b' // pgoutput's binary kind; here only from a snapshot's chunk query
 )
 
 // decode fills t.vals and t.kind from the text values of one row. get returns the kind and
@@ -126,12 +128,14 @@ func (t *table) decode(get func(i int) (byte, []byte)) error {
 		k, b := get(i)
 		t.kind[i] = k
 		t.vals[i] = nil
-		if k != kindText {
+		if k != kindText && k != kindBinary {
 			continue
 		}
 		var v any
 		var err error
 		switch c := &t.cols[i]; {
+		case k == kindBinary:
+			v, err = t.decodeBinary(c, b)
 		case c.fast == fastText && t.slab != nil:
 			v = t.slab.String(t.slab.Text(b))
 		case c.fast == fastTimestamptz && t.slab != nil:
@@ -157,6 +161,22 @@ func (t *table) decode(get func(i int) (byte, []byte)) error {
 		t.vals[i] = v
 	}
 	return nil
+}
+
+// decodeBinary decodes a value in binary form: only timestamptz columns come so (see
+// chunkQuery.binaryTimestamptz). Years 1 to 9999 are formatted straight into the slab, as
+// appendUTCInstant formats the server's text; any other value (infinities, BC dates, years
+// past 9999) is decoded from the text the server would have sent, so both forms decode alike.
+func (t *table) decodeBinary(c *column, b []byte) (any, error) {
+	if c.fast != fastTimestamptz || len(b) != 8 {
+		return nil, fmt.Errorf("binary value of %d bytes for a column of type %d", len(b), c.typ)
+	}
+	us := int64(binary.BigEndian.Uint64(b))
+	var buf [48]byte
+	if out, ok := appendUTCMicros(buf[:0], us); ok && t.slab != nil {
+		return t.slab.String(t.slab.Text(out)), nil
+	}
+	return c.decode(appendTimestamptzText(buf[:0], us))
 }
 
 // image returns the row image of the decoded row (kept columns, masks applied; unchanged

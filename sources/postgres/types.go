@@ -741,3 +741,113 @@ func daysFromCivil(y, m, d int64) int64 {
 	doe := yoe*365 + yoe/4 - yoe/100 + doy
 	return era*146097 + doe - 719468
 }
+
+// A binary timestamptz is microseconds since 2000-01-01 00:00:00 UTC; the two extremes of
+// int64 are -infinity and infinity.
+const (
+	pgEpochMicros   = 946_684_800_000_000 // 2000-01-01 in Unix microseconds
+	microsPerDay    = 86_400_000_000
+	pgInfinity      = math.MaxInt64
+	pgMinusInfinity = math.MinInt64
+)
+
+// appendUTCMicros appends a binary timestamptz of years 1 to 9999 as appendUTCInstant renders
+// the server's text of it ("2024-01-31T11:45:30.12Z": fraction digits up to the last non-zero
+// one), or reports false for any other.
+func appendUTCMicros(dst []byte, us int64) ([]byte, bool) {
+	if us == pgInfinity || us == pgMinusInfinity {
+		return dst, false
+	}
+	y, mo, d, h, mi, s, f := civilMicros(us)
+	if y < 1 || y > 9999 {
+		return dst, false
+	}
+	dst = appendDateTime(dst, y, mo, d, h, mi, s, f, 'T')
+	return append(dst, 'Z'), true
+}
+
+// appendTimestamptzText appends what the server sends as the text of a binary timestamptz in
+// the source's sessions (DateStyle ISO, TimeZone UTC): "2024-01-31 11:45:30.12+00",
+// "0044-03-15 12:00:00+00 BC", "10000-01-01 00:00:00+00", "infinity".
+func appendTimestamptzText(dst []byte, us int64) []byte {
+	switch us {
+	case pgInfinity:
+		return append(dst, "infinity"...)
+	case pgMinusInfinity:
+		return append(dst, "-infinity"...)
+	}
+	y, mo, d, h, mi, s, f := civilMicros(us)
+	bc := y < 1
+	if bc {
+		y = 1 - y // the year before 1 AD is 1 BC
+	}
+	dst = appendDateTime(dst, y, mo, d, h, mi, s, f, ' ')
+	dst = append(dst, "+00"...)
+	if bc {
+		dst = append(dst, " BC"...)
+	}
+	return dst
+}
+
+// civilMicros splits a binary timestamptz into the proleptic Gregorian calendar (year 0 is
+// 1 BC) and the time of day.
+func civilMicros(us int64) (y, mo, d, h, mi, s, f int64) {
+	days, rem := us/microsPerDay, us%microsPerDay
+	if rem < 0 {
+		days, rem = days-1, rem+microsPerDay
+	}
+	days += pgEpochMicros / microsPerDay // days since 1970-01-01
+	y, mo, d = civilFromDays(days)
+	secs := rem / 1_000_000
+	return y, mo, d, secs / 3600, secs / 60 % 60, secs % 60, rem % 1_000_000
+}
+
+// civilFromDays is the inverse of daysFromCivil.
+func civilFromDays(z int64) (y, m, d int64) {
+	z += 719468
+	era := z / 146097
+	if z < 0 && z%146097 != 0 {
+		era--
+	}
+	doe := z - era*146097
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
+	y = yoe + era*400
+	doy := doe - (365*yoe + yoe/4 - yoe/100)
+	mp := (5*doy + 2) / 153
+	d = doy - (153*mp+2)/5 + 1
+	if mp < 10 {
+		m = mp + 3
+	} else {
+		m = mp - 9
+	}
+	if m <= 2 {
+		y++
+	}
+	return y, m, d
+}
+
+// appendDateTime appends "YYYY-MM-DD<sep>HH:MM:SS[.ffffff]", the year with at least four
+// digits and the fraction without its trailing zeros (as the server writes them).
+func appendDateTime(dst []byte, y, mo, d, h, mi, s, f int64, sep byte) []byte {
+	if y < 1000 {
+		dst = append(dst, byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10))
+	} else {
+		dst = strconv.AppendInt(dst, y, 10)
+	}
+	dst = append(dst, '-', byte('0'+mo/10), byte('0'+mo%10), '-', byte('0'+d/10), byte('0'+d%10), sep,
+		byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10), ':', byte('0'+s/10), byte('0'+s%10))
+	if f == 0 {
+		return dst
+	}
+	var frac [6]byte
+	for i := 5; i >= 0; i-- {
+		frac[i] = byte('0' + f%10)
+		f /= 10
+	}
+	n := 6
+	for frac[n-1] == '0' {
+		n--
+	}
+	dst = append(dst, '.')
+	return append(dst, frac[:n]...)
+}

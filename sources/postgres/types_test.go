@@ -1,7 +1,9 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"reflect"
 	"strings"
@@ -236,6 +238,95 @@ func TestTimestamptzFastPath(t *testing.T) {
 			gerr := tb.decode(func(int) (byte, []byte) { return kindText, []byte(in) })
 			if (werr != nil) != (gerr != nil) || !reflect.DeepEqual(tb.vals[0], want) {
 				t.Errorf("%s %q: fast %#v (%v), decoder %#v (%v)", mode, in, tb.vals[0], gerr, want, werr)
+			}
+		}
+	}
+}
+
+// A snapshot reads timestamptz columns in binary form (chunkQuery.binaryTimestamptz): for
+// every value the server holds (years 4713 BC to 294276, fractions of every length,
+// infinities), appendTimestamptzText gives exactly the text the server sends for it, and
+// table.decode gives the same value, or error, from the binary form as from the text, in every
+// time.precision.mode.
+func TestTimestamptzBinaryMatchesText(t *testing.T) {
+	db := newDB(t, sharedPG(t))
+	db.exec(t,
+		"SET TimeZone = 'UTC'",
+		"CREATE TABLE tsb (id int PRIMARY KEY, t timestamptz)",
+		// days since 1970 from 4713 BC to 294276 AD, denser in the common years; times of
+		// day with 0 to 6 fraction digits
+		`INSERT INTO tsb SELECT g, 'epoch'::timestamptz
+			+ make_interval(days => (CASE g % 4
+				WHEN 0 THEN -2440000 + (g::bigint * 1299709) % 108000000
+				WHEN 1 THEN -719000 + (g::bigint * 7919) % 3652000
+				WHEN 2 THEN -25000 + (g::bigint * 104729) % 70000
+				ELSE -2440000 + (g::bigint * 15485863) % 2450000 END)::int)
+			+ ((g::bigint * 2654435761) % 86400000000 / (10 ^ (g % 7))::bigint * (10 ^ (g % 7))::bigint) * interval '1 microsecond'
+			FROM generate_series(1, 4000) g`,
+		`INSERT INTO tsb VALUES (-1, 'infinity'), (-2, '-infinity'), (-3, '0001-01-01 00:00:00+00'),
+			(-4, '0001-12-31 23:59:59.999999+00 BC'), (-5, '9999-12-31 23:59:59.999999+00'),
+			(-6, '10000-01-01 00:00:00+00'), (-7, '4713-01-01 00:00:00+00 BC'),
+			(-8, '294276-12-31 23:59:59.999999+00'), (-9, '1970-01-01 00:00:00.000001+00'),
+			(-10, '1969-12-31 23:59:59.999999+00'), (-11, '2000-01-01 00:00:00+00'), (-12, NULL)`,
+	)
+	ctx := testCtx(t)
+	rr := db.conn.PgConn().ExecParams(ctx, "SELECT t, t FROM tsb ORDER BY id", nil, nil, nil,
+		[]int16{pgtype.TextFormatCode, pgtype.BinaryFormatCode})
+	var texts, bins [][]byte
+	for rr.NextRow() {
+		v := rr.Values()
+		texts = append(texts, bytes.Clone(v[0]))
+		bins = append(bins, bytes.Clone(v[1]))
+	}
+	if _, err := rr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(texts) != 4012 {
+		t.Fatalf("%d rows, want 4012", len(texts))
+	}
+	years := map[string]bool{}
+	for i := range texts {
+		if texts[i] == nil {
+			if bins[i] != nil {
+				t.Fatalf("row %d: NULL as text, %x as binary", i, bins[i])
+			}
+			continue
+		}
+		us := int64(binary.BigEndian.Uint64(bins[i]))
+		if got := string(appendTimestamptzText(nil, us)); got != string(texts[i]) {
+			t.Fatalf("row %d: appendTimestamptzText(%d) = %q, the server sends %q", i, us, got, texts[i])
+		}
+		switch y, _, _, _, _, _, _ := civilMicros(us); {
+		case us == pgInfinity || us == pgMinusInfinity:
+			years["infinite"] = true
+		case y < 1:
+			years["BC"] = true
+		case y > 9999:
+			years["past 9999"] = true
+		default:
+			years["1 to 9999"] = true
+		}
+	}
+	if len(years) != 4 {
+		t.Fatalf("the values cover %v, want all four ranges", years)
+	}
+	for _, mode := range []string{"adaptive", "adaptive_time_microseconds", "connect", "isostring"} {
+		d := newTypeDecoders(&settings{timeMode: mode}, nil)
+		dec, err := d.decoder(ctx, pgtype.TimestamptzOID, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb := &table{cols: []column{{name: "c", typ: pgtype.TimestamptzOID, decode: dec, fast: fastKind(dec, pgtype.TimestamptzOID)}},
+			vals: make([]any, 1), kind: make([]byte, 1), slab: &connect.Slab{}}
+		for i := range texts {
+			if texts[i] == nil {
+				continue
+			}
+			werr := tb.decode(func(int) (byte, []byte) { return kindText, texts[i] })
+			want := tb.vals[0]
+			gerr := tb.decode(func(int) (byte, []byte) { return kindBinary, bins[i] })
+			if (werr != nil) != (gerr != nil) || !reflect.DeepEqual(tb.vals[0], want) {
+				t.Fatalf("%s %q: binary %#v (%v), text %#v (%v)", mode, texts[i], tb.vals[0], gerr, want, werr)
 			}
 		}
 	}
