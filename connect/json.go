@@ -58,8 +58,15 @@ func addrHash(p unsafe.Pointer) uint64 {
 	return x * 0x94D049BB133111EB
 }
 
-// nameSlots is the size of a nameCache's table (a power of two).
-const nameSlots = 256
+// nameSlots is the size of a nameCache's table.
+const nameSlots = 1 << nameSlotsBits
+
+const nameSlotsBits = 8
+
+// maxNameBytes bounds a kept rendering of a name, so that a nameCache holds at most
+// nameSlots*maxNameBytes (64 KiB): names are data too (hstore keys, the keys of a JSON
+// payload a transform parsed) and may be long; a longer one is rendered every time.
+const maxNameBytes = 256
 
 // render appends the rendering of field name to dst.
 func (c *nameCache) render(dst []byte, name string) []byte {
@@ -67,13 +74,18 @@ func (c *nameCache) render(dst []byte, name string) []byte {
 		return append(dst, `"":`...)
 	}
 	p := unsafe.StringData(name)
-	e := &c.e[addrHash(unsafe.Pointer(p))>>(64-8)]
+	e := &c.e[addrHash(unsafe.Pointer(p))>>(64-nameSlotsBits)]
 	if unsafe.StringData(e.name) == p && len(e.name) == len(name) {
 		return append(dst, e.b...)
 	}
 	start := len(dst)
 	dst = append(appendString(dst, name), ':')
-	e.name, e.b = name, append(e.b[:0], dst[start:]...)
+	if len(dst)-start <= maxNameBytes {
+		if e.b == nil {
+			e.b = make([]byte, 0, maxNameBytes)
+		}
+		e.name, e.b = name, append(e.b[:0], dst[start:]...)
+	}
 	return dst
 }
 
@@ -108,15 +120,17 @@ const memoSeen = 1 << memoSeenBits
 
 const memoSeenBits = 11
 
-// memoMaxBytes bounds a kept rendering (a source block takes a few hundred bytes), so that a
-// JSONMemo holds at most memoSlots*memoSeen*memoMaxBytes (4 MiB) of them; in practice only the
-// fields that hold Rows (before, after, source) keep any, and before and after stop keeping
-// after memoMisses.
+// memoMaxBytes bounds a kept rendering (a source block takes a few hundred bytes); each
+// remembered Row's buffer holds exactly that much once it kept one. A JSONMemo thus holds at
+// most memoSlots*memoSeen*memoMaxBytes (8 MiB) of renderings, in practice those of the fields
+// that hold Rows (before, after, source): at most 1 MiB each, and before and after stop
+// keeping after memoMisses (512 KiB each).
 const memoMaxBytes = 512
 
 // memoMisses is how many different Rows in a row stop a field's renderings from being kept
-// (an after-image never repeats), until a Row repeats there.
-const memoMisses = memoSeen
+// (an after-image never repeats), until a Row repeats there. A MySQL transaction's first rows
+// event brings a few hundred new source blocks in a row.
+const memoMisses = memoSeen / 2
 
 // Reset forgets the Rows seen: call it before the Rows it saw may change or be freed.
 func (m *JSONMemo) Reset() {
@@ -183,6 +197,9 @@ func AppendJSONMemo(dst []byte, v any, m *JSONMemo) ([]byte, error) {
 		}
 		// A field whose Rows keep changing is only watched, not copied, until one repeats.
 		if e.kept = sl.misses < memoMisses && len(dst)-start <= memoMaxBytes; e.kept {
+			if e.b == nil {
+				e.b = make([]byte, 0, memoMaxBytes)
+			}
 			e.b = append(e.b[:0], dst[start:]...)
 		}
 	}

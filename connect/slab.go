@@ -206,7 +206,13 @@ func (s *Slab) Float(f float64) any {
 // Row returns r boxed (nil stays a Row(nil) in the interface, not a nil interface).
 func (s *Slab) Row(r Row) any {
 	if len(s.rows) == cap(s.rows) {
-		s.rows = chunk(s, rowsOf, s.size())
+		// A pooled Slab serves batches of records of a few rows each; without a pool, the
+		// values of one parsed document take few rows for their size.
+		n := max(s.size()/8, 4)
+		if s.Pool != nil {
+			n = s.size()
+		}
+		s.rows = chunk(s, rowsOf, n)
 	}
 	s.rows = append(s.rows, r)
 	return box(typRow, unsafe.Pointer(&s.rows[len(s.rows)-1]))

@@ -1,0 +1,128 @@
+package connect
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// A field name the memo saw is rendered from the memo until Reset (at the top level, in a
+// nested Row and in a Row inside an array alike), and from its bytes again after Reset, even
+// when its memory was rewritten in place with the same length since (a source's recycled
+// memory, after Batch.Release).
+func TestJSONMemoNameReset(t *testing.T) {
+	mem := []byte("abc")
+	name := unsafe.String(&mem[0], len(mem))
+	ev := Row{{Name: name, Value: Row{{Name: name, Value: []any{Row{{Name: name, Value: int64(1)}}}}}}}
+	var m JSONMemo
+	render := func() string {
+		got, err := AppendJSONMemo(nil, ev, &m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(got)
+	}
+	if got, want := render(), `{"abc":{"abc":[{"abc":1}]}}`; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+	copy(mem, "xyz") // without Reset, which the runtime never does
+	if got, want := render(), `{"abc":{"abc":[{"abc":1}]}}`; got != want {
+		t.Fatalf("without Reset: got %s, want the remembered rendering %s", got, want)
+	}
+	m.Reset()
+	if got, want := render(), `{"xyz":{"xyz":[{"xyz":1}]}}`; got != want {
+		t.Fatalf("after Reset: got %s, want %s", got, want)
+	}
+}
+
+// A name the memo remembers stays alive until Reset, so that the collector cannot give its
+// memory to another name of the same length (a transform builds new names for every record,
+// and a collection may run in the middle of a batch).
+func TestJSONMemoNamesOutliveTheirRecords(t *testing.T) {
+	var m JSONMemo
+	for i := range 60 {
+		ev := Row{{Name: fmt.Sprintf("col_%04d", i), Value: int64(i)}, {Name: strings.Repeat(string(rune('a'+i%26)), 40), Value: int64(i)}}
+		want, _ := AppendJSON(nil, ev)
+		got, err := AppendJSONMemo(nil, ev, &m)
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("record %d: got %s (%v), want %s", i, got, err, want)
+		}
+		runtime.GC()
+	}
+}
+
+// A field whose Rows never repeat (an after-image) stops having its renderings copied into the
+// memo after memoMisses of them, and stays so over Reset: later batches copy none.
+func TestJSONMemoMissesCarryOverReset(t *testing.T) {
+	var m JSONMemo
+	i := 0
+	batch := func(n int) {
+		m.Reset()
+		for range n {
+			ev := Row{{Name: "after", Value: Row{{Name: "id", Value: int64(i)}}}}
+			if _, err := AppendJSONMemo(nil, ev, &m); err != nil {
+				t.Fatal(err)
+			}
+			i++
+		}
+	}
+	batch(memoMisses + 10)
+	for b := range 3 {
+		batch(100)
+		kept := 0
+		for _, e := range m.slots[0].seenOrNone() {
+			if e.kept {
+				kept++
+			}
+		}
+		if kept != 0 {
+			t.Fatalf("batch %d: %d after-images copied into the memo, want 0", b, kept)
+		}
+	}
+}
+
+// The memo's renderings of field names are bounded whatever the names: names are data too
+// (hstore keys, the keys of a JSON payload parsed by a transform) and may be long.
+func TestJSONMemoNameCacheBounded(t *testing.T) {
+	var m JSONMemo
+	for i := range 64 {
+		ev := Row{{Name: strings.Repeat("\x01", 1<<16) + fmt.Sprint(i), Value: int64(i)}, {Name: fmt.Sprint("short", i), Value: int64(i)}}
+		want, _ := AppendJSON(nil, ev)
+		got, err := AppendJSONMemo(nil, ev, &m)
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("name %d: rendered %d bytes (%v), want %d", i, len(got), err, len(want))
+		}
+	}
+	m.Reset()
+	held := 0
+	for _, e := range m.names.e {
+		held += cap(e.b)
+	}
+	if limit := nameSlots * maxNameBytes; held > limit {
+		t.Fatalf("the memo holds %d bytes of name renderings after Reset, want at most %d", held, limit)
+	}
+}
+
+// Every kept rendering of a Row has a buffer of exactly memoMaxBytes, so that the memo's
+// bound holds: growing one past it would keep more than memoSlots*memoSeen*memoMaxBytes.
+func TestJSONMemoRenderingsBounded(t *testing.T) {
+	var m JSONMemo
+	for i := range 3000 {
+		src := Row{{Name: "s", Value: strings.Repeat("x", i%600)}}
+		ev := Row{{Name: "after", Value: src}, {Name: "source", Value: src}}
+		for range 2 {
+			if _, err := AppendJSONMemo(nil, ev, &m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for f, sl := range m.slots {
+		for _, e := range sl.seenOrNone() {
+			if e.b != nil && cap(e.b) != memoMaxBytes {
+				t.Fatalf("field %d: a rendering buffer of %d bytes, want %d", f, cap(e.b), memoMaxBytes)
+			}
+		}
+	}
+}
