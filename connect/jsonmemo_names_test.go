@@ -126,3 +126,52 @@ func TestJSONMemoRenderingsBounded(t *testing.T) {
 		}
 	}
 }
+
+// A field name too long for the memo to keep is rendered from its own bytes every time it is
+// met, the second time as the first: the memo neither keeps it nor answers for it with what
+// its entry held before.
+func TestJSONMemoLongNameRepeats(t *testing.T) {
+	short := "id"
+	long := strings.Repeat("k", maxNameBytes) // rendered with its quotes and colon: too long to keep
+	var m JSONMemo
+	for i := range 3 {
+		for _, ev := range []Row{{{Name: short, Value: int64(i)}}, {{Name: long, Value: int64(i)}}} {
+			want, _ := AppendJSON(nil, ev)
+			got, err := AppendJSONMemo(nil, ev, &m)
+			if err != nil || string(got) != string(want) {
+				t.Fatalf("pass %d: got %.40q... (%d bytes, %v), want %.40q... (%d bytes)", i, got, len(got), err, want, len(want))
+			}
+		}
+	}
+}
+
+// Each entry of the name cache holds at most maxNameBytes of rendering, whatever names of at
+// most that length met at it one after the other (a shorter, then the longest kept, both at
+// one address).
+func TestJSONMemoNameBufferBounded(t *testing.T) {
+	mem := []byte(strings.Repeat("n", maxNameBytes))
+	longest := maxNameBytes - len(`"":`)
+	for first := 1; first <= longest; first++ {
+		var m JSONMemo
+		for _, n := range []int{first, longest} {
+			ev := Row{{Name: unsafe.String(&mem[0], n), Value: int64(n)}}
+			want, _ := AppendJSON(nil, ev)
+			got, err := AppendJSONMemo(nil, ev, &m)
+			if err != nil || string(got) != string(want) {
+				t.Fatalf("name of %d bytes: got %q (%v), want %q", n, got, err, want)
+			}
+		}
+		kept := 0
+		for _, e := range m.names.e {
+			if cap(e.b) > maxNameBytes {
+				t.Fatalf("names of %d then %d bytes: a rendering buffer of %d bytes, want at most %d", first, longest, cap(e.b), maxNameBytes)
+			}
+			if e.b != nil {
+				kept++
+			}
+		}
+		if kept != 1 {
+			t.Fatalf("%d entries hold a rendering, want 1 (both names had one address)", kept)
+		}
+	}
+}

@@ -48,10 +48,9 @@ func cpuTime(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// serverCPU is the CPU time PostgreSQL's processes have used so far, ended backends included
-// (in their postmaster's children's time): the processes named postgres, the benchmark's server
-// being the only one running.
-func serverCPU(b *testing.B) time.Duration {
+// serverCPU is the CPU time the PostgreSQL server whose postmaster is pid has used so far: the
+// postmaster's (with its ended children's, which it reaped) and its running children's.
+func serverCPU(b *testing.B, pid int) time.Duration {
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
 		b.Fatal(err)
@@ -62,12 +61,20 @@ func serverCPU(b *testing.B) time.Duration {
 		if err != nil {
 			continue // ended meanwhile
 		}
-		open, end := bytes.IndexByte(st, '('), bytes.LastIndexByte(st, ')')
-		if open < 0 || end < open || !bytes.HasPrefix(st[open+1:end], []byte("postgres")) {
+		end := bytes.LastIndexByte(st, ')')
+		if end < 0 {
 			continue
 		}
-		f := strings.Fields(string(st[end+2:]))
-		for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
+		f := strings.Fields(string(st[end+2:])) // state, ppid, ...
+		self := filepath.Base(d) == strconv.Itoa(pid)
+		if len(f) < 15 || !self && f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		fields := []int{11, 12} // utime, stime
+		if self {
+			fields = append(fields, 13, 14) // cutime, cstime: the backends that ended
+		}
+		for _, i := range fields {
 			n, _ := strconv.ParseInt(f[i], 10, 64)
 			ticks += n
 		}
@@ -268,11 +275,12 @@ func BenchmarkSnapshot(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s0 := serverCPU(b)
+		pid := d.pg.PID()
+		s0 := serverCPU(b, pid)
 		t0 := time.Now()
 		tag, err := conn.CopyTo(context.Background(), io.Discard, "COPY (SELECT * FROM items) TO STDOUT")
 		copyTook := time.Since(t0)
-		copyServer := serverCPU(b) - s0
+		copyServer := serverCPU(b, pid) - s0
 		conn.Close(context.Background())
 		if err != nil || tag.RowsAffected() != benchRows {
 			b.Fatalf("copy: %v (%d rows)", err, tag.RowsAffected())
@@ -281,9 +289,9 @@ func BenchmarkSnapshot(b *testing.B) {
 		rows := float64(benchRows)
 		alone, aloneCPU := cpuPerRow(b, rows, func() time.Duration { return sourceDrain(b, cfg, benchRows) })
 		cfg["topic.prefix"] = "snap"
-		s0 = serverCPU(b)
+		s0 = serverCPU(b, pid)
 		intoLog, logCPU := cpuPerRow(b, rows, func() time.Duration { return logDrain(b, cfg, "snap.public.items", benchRows) })
-		logServer := serverCPU(b) - s0
+		logServer := serverCPU(b, pid) - s0
 		b.ReportMetric(float64(copyServer.Microseconds())/rows, "copy_server_cpu_us/row")
 		b.ReportMetric(float64(logServer.Microseconds())/rows, "log_server_cpu_us/row")
 		b.ReportMetric(aloneCPU, "snapshot_cpu_us/row")

@@ -248,9 +248,10 @@ func readUntil(t testing.TB, src *Source, log *memLog, ack bool, timeout time.Du
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		b, err := src.Read(ctx)
+		expired := ctx.Err() != nil
 		cancel()
 		if err != nil {
-			if ctx.Err() != nil {
+			if expired {
 				continue
 			}
 			t.Fatalf("read: %v", err)

@@ -73,9 +73,10 @@ func TestHugeTransaction(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		b, err := src.Read(ctx)
+		expired := ctx.Err() != nil
 		cancel()
 		if err != nil {
-			if ctx.Err() != nil {
+			if expired {
 				continue
 			}
 			t.Fatal(err)

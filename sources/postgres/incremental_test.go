@@ -315,9 +315,10 @@ func readWithAcker(t testing.TB, src *Source, log *memLog, a *acker, timeout tim
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		b, err := src.Read(ctx)
+		expired := ctx.Err() != nil
 		cancel()
 		if err != nil {
-			if ctx.Err() != nil {
+			if expired {
 				continue
 			}
 			t.Fatalf("read: %v", err)

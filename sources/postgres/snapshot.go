@@ -35,7 +35,7 @@ import (
 // once; each change is streamed once).
 //
 // The chunk reader (chunkQuery, the key handling) depends only on a connection and a table
-// description, so the shared incremental snapshot can reuse it.
+// description. The incremental snapshot (incremental.go) builds queries of its own.
 
 // snapshotter is the state of a running snapshot.
 type snapshotter struct {
@@ -202,6 +202,20 @@ func (q *chunkQuery) binaryTimestamptz(t *table) {
 		}
 		q.formats[i] = pgtype.BinaryFormatCode
 	}
+}
+
+// checkBinary verifies that the columns read in binary form are still timestamptz columns
+// (their type changed since the table's columns were read: the snapshot cannot go on).
+func (q *chunkQuery) checkBinary(fds []pgconn.FieldDescription) error {
+	for i, f := range q.formats {
+		if f != pgtype.BinaryFormatCode {
+			continue
+		}
+		if i >= len(fds) || fds[i].DataTypeOID != pgtype.TimestamptzOID || fds[i].Format != pgtype.BinaryFormatCode {
+			return fmt.Errorf("column %d of the chunk query is no longer a timestamptz in binary form; the table's type changed during the snapshot: restart the connector to read it again", i+1)
+		}
+	}
+	return nil
 }
 
 // binary reports whether column i of the select list comes in binary form.
@@ -479,6 +493,11 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 	t := cur.t
 	if len(vals) < cur.chunk.ncols {
 		return connect.Record{}, fmt.Errorf("snapshot of %s: a row of %d columns, want %d", cur.ref, len(vals), cur.chunk.ncols)
+	}
+	if cur.chunkRows == 0 && cur.chunk.formats != nil && sn.rr != nil {
+		if err := cur.chunk.checkBinary(sn.rr.FieldDescriptions()); err != nil {
+			return connect.Record{}, connect.Permanent(fmt.Errorf("snapshot of %s: %w", cur.ref, err))
+		}
 	}
 	err := t.decode(func(i int) (byte, []byte) {
 		if vals[i] == nil {

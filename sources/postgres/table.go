@@ -121,8 +121,8 @@ const (
 	kindBinary    = 'b' // pgoutput's binary kind; here only from a snapshot's chunk query
 )
 
-// decode fills t.vals and t.kind from the text values of one row. get returns the kind and
-// text of column i.
+// decode fills t.vals and t.kind from the values of one row. get returns the kind and the
+// bytes of column i: its text, or for kindBinary its binary form.
 func (t *table) decode(get func(i int) (byte, []byte)) error {
 	for i := range t.cols {
 		k, b := get(i)

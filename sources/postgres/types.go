@@ -20,8 +20,10 @@ import (
 )
 
 // Values arrive in PostgreSQL's text form on both paths: pgoutput sends the text form, and the
-// snapshot asks for text results. One decoder per (type, typmod) turns that text into a value
-// of sluice's data model, so a row reads the same from the snapshot and from the stream.
+// snapshot asks for text results, except for timestamptz columns outside its chunk key, which
+// it reads in binary form and decodes to what their text gives (table.decodeBinary). One
+// decoder per (type, typmod) turns the text into a value of sluice's data model, so a row
+// reads the same from the snapshot and from the stream.
 //
 // The decoders are chosen through pgx's type map: its codecs classify the built-in types and
 // parse the structured text forms (arrays, dates, timestamps, intervals, hstore). Types the

@@ -3,6 +3,9 @@ package postgres
 import (
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // The fast paths of date and timestamp text agree with time.Time over a wide range.
@@ -28,5 +31,27 @@ func TestFastDateTime(t *testing.T) {
 		if _, ok := fastTimestamp([]byte(s)); ok {
 			t.Errorf("%s: fast path taken", s)
 		}
+	}
+}
+
+// A chunk query whose binary column no longer is a timestamptz in binary form (its type
+// changed during the snapshot) is refused with the fix; the expected descriptions pass.
+func TestChunkQueryCheckBinary(t *testing.T) {
+	q := chunkQuery{ncols: 3, nsel: 3, formats: []int16{pgtype.TextFormatCode, pgtype.BinaryFormatCode, pgtype.TextFormatCode}}
+	fds := []pgconn.FieldDescription{
+		{Name: "id", DataTypeOID: pgtype.Int4OID, Format: pgtype.TextFormatCode},
+		{Name: "t", DataTypeOID: pgtype.TimestamptzOID, Format: pgtype.BinaryFormatCode},
+		{Name: "s", DataTypeOID: pgtype.TextOID, Format: pgtype.TextFormatCode},
+	}
+	if err := q.checkBinary(fds); err != nil {
+		t.Fatal(err)
+	}
+	fds[1].DataTypeOID = pgtype.Int8OID
+	want := "column 2 of the chunk query is no longer a timestamptz in binary form; the table's type changed during the snapshot: restart the connector to read it again"
+	if err := q.checkBinary(fds); err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+	if err := q.checkBinary(fds[:1]); err == nil || err.Error() != want {
+		t.Fatalf("fewer columns: got %v, want %q", err, want)
 	}
 }
