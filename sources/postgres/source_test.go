@@ -10,8 +10,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/sluice-cdc/sluice/connect"
 )
 
@@ -151,74 +149,5 @@ func TestSnapshotCancelledReadLosesNoRow(t *testing.T) {
 	}
 	if len(ids) != 300 {
 		t.Fatalf("%d rows, want 300", len(ids))
-	}
-}
-
-// The snapshot reads timestamptz columns in binary form, except a chunk key's, whose text the
-// next chunk's query takes: a table keyed by a timestamptz, read in chunks of 7 rows, gives
-// every row once, with both timestamps as the column's decoder renders the server's text.
-func TestSnapshotTimestamptzKey(t *testing.T) {
-	db := newDB(t, sharedPG(t))
-	db.exec(t, "CREATE TABLE ev (k timestamptz PRIMARY KEY, t timestamptz, n int)",
-		"INSERT INTO ev SELECT timestamptz '2024-01-31 11:45:30.5+00' + g * interval '1.25 seconds', timestamptz '0044-03-15 12:00:00+00 BC' + g * interval '1000 years 0.000001 seconds', g FROM generate_series(1, 50) g",
-		"INSERT INTO ev VALUES ('infinity', '-infinity', 51)")
-	src := openSource(t, db.config(map[string]string{KeySnapshotMode: SnapshotInitialOnly, KeyMaxBatchSize: "10", KeySnapshotFetchSize: "7"}), connect.Position{})
-	log := newMemLog()
-	readUntil(t, src, log, false, 30*time.Second, func() bool { return src.phase == phaseDone })
-
-	ctx := testCtx(t)
-	dec, err := newTypeDecoders(&settings{timeMode: "adaptive"}, nil).decoder(ctx, pgtype.TimestamptzOID, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.conn.Exec(ctx, "SET TimeZone = 'UTC'"); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := db.conn.Query(ctx, "SELECT n, k::text, t::text FROM ev")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[int64]string{}
-	for rows.Next() {
-		var n int64
-		var k, ts string
-		if err := rows.Scan(&n, &k, &ts); err != nil {
-			t.Fatal(err)
-		}
-		kv, err1 := dec([]byte(k))
-		tv, err2 := dec([]byte(ts))
-		if err1 != nil || err2 != nil {
-			t.Fatal(err1, err2)
-		}
-		want[n] = fmt.Sprintf("%v %v", kv, tv)
-	}
-	if rows.Close(); rows.Err() != nil || len(want) != 51 {
-		t.Fatalf("%d rows in the table (%v), want 51", len(want), rows.Err())
-	}
-	got := map[int64]string{}
-	for _, r := range log.records {
-		ev := eventOf(t, r)
-		var n int64
-		var ts any
-		for _, f := range ev.After {
-			switch f.Name {
-			case "n":
-				n = f.Value.(int64)
-			case "t":
-				ts = f.Value
-			}
-		}
-		if _, dup := got[n]; dup {
-			t.Fatalf("row %d read twice", n)
-		}
-		got[n] = fmt.Sprintf("%v %v", r.Key.(connect.Row)[0].Value, ts)
-	}
-	for n, w := range want {
-		if got[n] != w {
-			t.Errorf("row %d: got %q, want %q", n, got[n], w)
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("%d rows read, want %d", len(got), len(want))
 	}
 }
