@@ -52,7 +52,9 @@
 // # Values
 //
 // Both the snapshot and the stream read values in PostgreSQL's text form, decoded by one
-// decoder per column type (types.go), so a row reads the same on both paths. An unchanged
+// decoder per column type (types.go), so a row reads the same on both paths; the snapshot
+// reads timestamptz columns outside its chunk key in binary form and decodes them to what
+// their text gives (table.decodeBinary), which spares the server formatting them. An unchanged
 // TOAST value of an update is left out of the after image and named in the record header
 // connect.HeaderUnchanged: sinks keep the stored value. With REPLICA IDENTITY FULL the old row
 // carries the value, and the after image holds it instead.
