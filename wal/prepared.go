@@ -84,6 +84,15 @@ func (pb *PreparedBatch) Producer() (id int64, epoch int16, baseSequence int32) 
 	return pb.h.producerID, pb.h.producerEpoch, pb.h.baseSequence
 }
 
+// LastSequence returns the producer sequence number of the last record.
+func (pb *PreparedBatch) LastSequence() int32 {
+	return seqAdd(pb.h.baseSequence, max(pb.h.recordCount, 1)-1)
+}
+
+// NextSequence returns the sequence number that follows seq (they wrap
+// from math.MaxInt32 to 0).
+func NextSequence(seq int32) int32 { return seqAdd(seq, 1) }
+
 // MaxTimestamp returns the largest record timestamp.
 func (pb *PreparedBatch) MaxTimestamp() time.Time { return msTime(pb.h.maxTimestamp) }
 

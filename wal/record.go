@@ -49,9 +49,12 @@ type AppendOptions struct {
 	// and before the append waits for it to be durable: an append started
 	// after Written returned lands after this batch. It is called with the
 	// partition locked, so it must only signal (close a channel, say). It
-	// is not called when the append fails before writing, nor by logs that
-	// do not support it (a replicated Log's Append): the caller then learns
-	// the order only when Append returns.
+	// is not called when the append fails before writing. A replicated log
+	// (package wal/raft) calls it once the partition's leader proposed the
+	// batch, if the append reached the leader on the caller's node: a
+	// later append then lands after it, or it is lost and its Append
+	// fails. Elsewhere it is not called, and the caller learns the order
+	// only when Append returns.
 	Written func()
 }
 

@@ -20,6 +20,7 @@ import (
 //
 //	go test -run '^$' -bench 'BenchmarkReplicatedAppend$' -benchtime 20000x ./wal/raft/
 //	go test -run '^$' -bench BenchmarkReplicatedAppendProcs -benchtime 20000x ./wal/raft/
+//	go test -run '^$' -bench BenchmarkReplicatedPipeline -benchtime 500x ./wal/raft/
 //	go test -run '^$' -bench BenchmarkFailover -benchtime 20x ./wal/raft/
 
 const (
@@ -254,6 +255,125 @@ func compareAppends(b *testing.B, single *wal.Log, ld *Log) {
 	// CPU-bound near 2s/replCPU appends per second.
 	b.ReportMetric(float64(replCPU.Microseconds())/float64(len(replLat)), "cpu-us/append")
 	b.ReportMetric(float64(singleCPU.Microseconds())/float64(len(singleLat)), "single-cpu-us/append")
+}
+
+// BenchmarkReplicatedPipeline appends as a source task does: one
+// idempotent producer, batches of 2048 records of 200 bytes (about 440
+// KB), up to three appends in flight, the next started once the log has
+// placed the previous one (AppendOptions.Written; a log that does not
+// report it: once the previous append returned). b.N batches on a single
+// node's wal.Log (the baseline) and b.N through a 3-node cluster's
+// leader, alternating in five rounds. It reports records per second of
+// both, their ratio, and the p50 of the time from the start of an append
+// to its acknowledgement.
+func BenchmarkReplicatedPipeline(b *testing.B) {
+	single := openSingle(b)
+	ns := startCluster(b, 3, func(c *Config) { c.TickInterval = 100 * time.Millisecond })
+	ctx := ctxT(b, 5*time.Minute)
+	if err := ns[0].l.CreateTopicReplicas(ctx, "b", smallTopic(1), 3); err != nil {
+		b.Fatal(err)
+	}
+	var ld *Log
+	for ld == nil {
+		for _, n := range ns {
+			for _, tp := range n.l.Leads() {
+				if tp.Topic == "b" {
+					ld = n.l
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	const rounds = 5
+	per := max(b.N/rounds, 1)
+	var singleTime, replTime time.Duration
+	var singleLat, replLat latencies
+	b.ResetTimer()
+	for r := 0; r < rounds; r++ {
+		el, lat := pipeline(b, single, per)
+		singleTime += el
+		singleLat = append(singleLat, lat...)
+		el, lat = pipeline(b, ld, per)
+		replTime += el
+		replLat = append(replLat, lat...)
+	}
+	b.StopTimer()
+	sort.Slice(singleLat, func(i, j int) bool { return singleLat[i] < singleLat[j] })
+	sort.Slice(replLat, func(i, j int) bool { return replLat[i] < replLat[j] })
+	recs := float64(rounds * per * pipelineRecords)
+	b.ReportMetric(recs/replTime.Seconds(), "records/s")
+	b.ReportMetric(recs/singleTime.Seconds(), "single-records/s")
+	b.ReportMetric(singleTime.Seconds()/replTime.Seconds(), "x-single")
+	b.ReportMetric(ms(replLat.pct(0.5)), "p50-ms")
+	b.ReportMetric(ms(singleLat.pct(0.5)), "single-p50-ms")
+}
+
+const (
+	pipelineRecords = 2048
+	pipelineValue   = 200
+	pipelineDepth   = 3
+)
+
+type producerLog interface {
+	appender
+	InitProducer(ctx context.Context, transactionalID string) (int64, int16, error)
+}
+
+// pipeline appends n batches as one idempotent producer, as described at
+// BenchmarkReplicatedPipeline, and returns the elapsed time and the
+// latencies of the appends.
+func pipeline(b *testing.B, l producerLog, n int) (time.Duration, latencies) {
+	ctx := context.Background()
+	id, epoch, err := l.InitProducer(ctx, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	val := make([]byte, pipelineValue)
+	for i := range val {
+		val[i] = 'v'
+	}
+	batches := make([][]wal.Record, pipelineDepth+1)
+	for i := range batches {
+		for k := 0; k < pipelineRecords; k++ {
+			batches[i] = append(batches[i], wal.Record{Key: strconv.AppendInt(nil, int64(k), 10), Value: val})
+		}
+	}
+	slots := make(chan int, pipelineDepth+1)
+	for i := 0; i <= pipelineDepth; i++ {
+		slots <- i
+	}
+	lats := make(latencies, n)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		slot := <-slots
+		placed := make(chan struct{})
+		var once sync.Once
+		mark := func() { once.Do(func() { close(placed) }) }
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			_, err := l.Append(ctx, "b", 0, batches[slot], wal.AppendOptions{
+				ProducerID: id, ProducerEpoch: epoch, BaseSequence: int32(i * pipelineRecords), Written: mark})
+			lats[i] = time.Since(t0)
+			mark()
+			slots <- slot
+			if err != nil {
+				errs <- err
+			}
+		}()
+		<-placed
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	return elapsed, lats
 }
 
 // cpuTime is the CPU time (user and system) this process has used.

@@ -194,6 +194,19 @@ func TestClusterAPI(t *testing.T) {
 			t.Fatalf("api-%d has %d serving leaders", p, leaders)
 		}
 	}
+	// An append on the leader's node reports its placement (Written),
+	// once.
+	for _, n := range ns {
+		if !statusOf(n.l, "api", 2).Serving {
+			continue
+		}
+		var calls atomic.Int32
+		_, err := n.l.Append(ctx, "api", 2, []wal.Record{{Key: []byte("k"), Value: []byte("w")}},
+			wal.AppendOptions{ProducerID: id2, ProducerEpoch: epoch2, Written: func() { calls.Add(1) }})
+		if err != nil || calls.Load() != 1 {
+			t.Fatalf("append on the leader of api-2: %v, Written called %d times, want once", err, calls.Load())
+		}
+	}
 }
 
 // TestReplicationFactorOne: a topic with one replica lives on one node

@@ -18,6 +18,14 @@ import (
 	"github.com/sluice-cdc/sluice/wal"
 )
 
+// inflightBatch is a producer's newest batch that this node proposed and
+// has not written yet.
+type inflightBatch struct {
+	term, index uint64
+	epoch       int16
+	lastSeq     int32
+}
+
 // groupKey names a partition, hence its Raft group.
 type groupKey struct {
 	topic string
@@ -40,6 +48,10 @@ type proposal struct {
 	batch *wal.PreparedBatch
 	at    time.Time // log append time
 	res   chan proposalResult
+	// written, if set, is called once the batch has its place in the log:
+	// proposed by this leader, or found there (a retry); see
+	// wal.AppendOptions.Written.
+	written func()
 
 	// Set once proposed (term, index) and once written (base, placed).
 	term, index uint64
@@ -138,8 +150,8 @@ type group struct {
 	dups       []*dupWait
 	confirms   []*confirmWait
 	nextReadID uint64
-	inflight   map[int64]uint64 // producer → index of its newest batch not yet written
-	tailIdx    uint64           // index of the last entry in Raft's log, written or not
+	inflight   map[int64]inflightBatch // producer → its newest batch not yet written
+	tailIdx    uint64                  // index of the last entry in Raft's log, written or not
 	state      etcdraft.StateType
 	lead, term uint64
 	snapQueued bool
@@ -178,7 +190,7 @@ func newGroup(key groupKey, self uint64, voters []uint64, cfg *Config, rl *wal.R
 		appendc: make(chan struct{}, 1),
 		applyc:  make(chan struct{}, 1),
 
-		inflight:     map[int64]uint64{},
+		inflight:     map[int64]inflightBatch{},
 		pending:      map[uint64]*proposal{},
 		snapActivity: map[uint64]time.Time{},
 		changed:      make(chan struct{}),
@@ -416,8 +428,8 @@ func (g *group) stepLocal() {
 			g.resolveDups()
 			g.resolveConfirms()
 		default:
-			for id, idx := range g.inflight {
-				if idx <= it.persisted || it.truncated != 0 && idx > it.truncated {
+			for id, in := range g.inflight {
+				if in.index <= it.persisted || it.truncated != 0 && in.index > it.truncated {
 					delete(g.inflight, id)
 				}
 			}
@@ -969,7 +981,16 @@ func (g *group) propose(props []*proposal) {
 		}
 		id, epoch, seq := p.batch.Producer()
 		if id > 0 {
-			if _, busy := g.inflight[id]; busy {
+			in, busy := g.inflight[id]
+			// The next batch of a producer whose previous one this leader
+			// proposed in its term and has not written yet follows it
+			// without a gap, and cannot be a retry of a batch in the log
+			// (those come before that one): it is proposed at once, after
+			// the fence check. Raft commits it only with that one, which
+			// stays in this leader's log while its term lasts. Any other
+			// batch of the producer waits until that one is written.
+			next := busy && in.term == term && epoch == in.epoch && seq == wal.NextSequence(in.lastSeq)
+			if busy && !next {
 				g.deferred = append(g.deferred, p)
 				continue
 			}
@@ -978,7 +999,7 @@ func (g *group) propose(props []*proposal) {
 				err = g.fence(id, epoch)
 			}
 			var dup *wal.AppendResult
-			if err == nil {
+			if err == nil && !next {
 				dup, err = g.rl.CheckProducer(id, epoch, seq, p.batch.Records())
 			}
 			if err != nil {
@@ -991,6 +1012,9 @@ func (g *group) propose(props []*proposal) {
 			}
 			if dup != nil {
 				g.dups = append(g.dups, &dupWait{p: p, res: *dup, term: term})
+				if p.written != nil {
+					p.written()
+				}
 				continue
 			}
 		}
@@ -1015,7 +1039,10 @@ func (g *group) propose(props []*proposal) {
 		}
 		g.tailIdx = idx
 		if id > 0 {
-			g.inflight[id] = idx
+			g.inflight[id] = inflightBatch{term: term, index: idx, epoch: epoch, lastSeq: p.batch.LastSequence()}
+		}
+		if p.written != nil {
+			p.written()
 		}
 	}
 	g.resolveDups()

@@ -466,8 +466,13 @@ func (l *Log) AppendInfo(ctx context.Context, topic string, part int32, recs []w
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
 	key := groupKey{topic, part}
+	written := opts.Written
+	if written != nil {
+		var once sync.Once
+		written = func() { once.Do(opts.Written) }
+	}
 	for {
-		res, info, err := l.appendBatch(ctx, key, tm.replicas[part], b)
+		res, info, err := l.appendBatch(ctx, key, tm.replicas[part], b, written)
 		if err != nil && opts.ProducerID > 0 && errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil {
 			// Idempotent: the retry finds the batch if it is in the log.
 			select {
@@ -480,11 +485,11 @@ func (l *Log) AppendInfo(ctx context.Context, topic string, part int32, recs []w
 	}
 }
 
-func (l *Log) appendBatch(ctx context.Context, key groupKey, replicas []uint64, b *wal.PreparedBatch) (wal.AppendResult, AppendInfo, error) {
+func (l *Log) appendBatch(ctx context.Context, key groupKey, replicas []uint64, b *wal.PreparedBatch, written func()) (wal.AppendResult, AppendInfo, error) {
 	var res wal.AppendResult
 	var info AppendInfo
 	err := l.route(ctx, key, replicas, func(ctx context.Context, g *group) error {
-		r, err := g.submit(ctx, &proposal{ctx: ctx, batch: b, at: l.now(), res: make(chan proposalResult, 1)})
+		r, err := g.submit(ctx, &proposal{ctx: ctx, batch: b, at: l.now(), res: make(chan proposalResult, 1), written: written})
 		if err == nil {
 			res, info = r.res, AppendInfo{Node: l.self, Term: r.term}
 		}
@@ -759,7 +764,7 @@ func (l *Log) CommitOffsets(ctx context.Context, group string, offsets map[wal.T
 	if err != nil {
 		return fmt.Errorf("commit offsets of group %s: %w", group, err)
 	}
-	if _, _, err := l.appendBatch(ctx, groupKey{wal.OffsetsTopic, 0}, l.nodes, b); err != nil {
+	if _, _, err := l.appendBatch(ctx, groupKey{wal.OffsetsTopic, 0}, l.nodes, b, nil); err != nil {
 		return fmt.Errorf("commit offsets of group %s: %w", group, err)
 	}
 	return nil

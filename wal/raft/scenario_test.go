@@ -665,3 +665,78 @@ func TestScenarioStaleLeaderProducerCheck(t *testing.T) {
 	}
 	mustAck(t, s.appendAt(nl, "s2", opts(2)))
 }
+
+// TestScenarioProducerPipelined: a producer's batches that follow one
+// another without a gap are proposed at once, each before the one before
+// is written, and each is placed (Written) when proposed; one that does
+// not follow waits until the one before is written and is then checked
+// against the log.
+func TestScenarioProducerPipelined(t *testing.T) {
+	s := newSim(t, 3, memTopicConfig())
+	ld := s.leader()
+	var placed []string
+	prop := func(value string, epoch int16, seq int32) *proposal {
+		b, err := wal.PrepareBatch([]wal.Record{{Key: []byte("k"), Value: []byte(value)}},
+			wal.AppendOptions{ProducerID: 9, ProducerEpoch: epoch, BaseSequence: seq}, s.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &proposal{ctx: context.Background(), batch: b, at: s.now, res: make(chan proposalResult, 1),
+			written: func() { placed = append(placed, value) }}
+	}
+	written, _, _ := ld.g.rl.Last()
+	tail := ld.g.tailIdx
+	a, b, c := prop("a", 0, 0), prop("b", 0, 1), prop("c", 0, 2)
+	ld.g.propose([]*proposal{a, b, c})
+	if got := ld.g.tailIdx - tail; got != 3 {
+		t.Fatalf("%d of 3 batches proposed before the first was written, want all", got)
+	}
+	if last, _, _ := ld.g.rl.Last(); last != written {
+		t.Fatalf("setup: entries written during propose (last %d, was %d)", last, written)
+	}
+	if d := cmp.Diff([]string{"a", "b", "c"}, placed); d != "" {
+		t.Fatalf("placed before commit (-want +got):\n%s", d)
+	}
+	if _, done := outcome(a); done {
+		t.Fatal("acknowledged before it was committed")
+	}
+	s.process(ld)
+	s.deliver()
+	ra, rb, rc := mustAck(t, a), mustAck(t, b), mustAck(t, c)
+	if ra.BaseOffset >= rb.BaseOffset || rb.BaseOffset >= rc.BaseOffset {
+		t.Fatalf("offsets %d, %d, %d: not in the order proposed", ra.BaseOffset, rb.BaseOffset, rc.BaseOffset)
+	}
+
+	// While d is in flight: a batch after a gap, and a first batch of a
+	// new epoch that does not start at 0 although it follows d's
+	// sequence, wait for d and are refused; a retry of c is found.
+	placed = nil
+	tail = ld.g.tailIdx
+	d, gap, epoch1, retry := prop("d", 0, 3), prop("gap", 0, 5), prop("e1", 1, 4), prop("c", 0, 2)
+	ld.g.propose([]*proposal{d, gap, epoch1, retry})
+	if got := ld.g.tailIdx - tail; got != 1 {
+		t.Fatalf("%d batches proposed with d in flight, want only d", got)
+	}
+	s.process(ld)
+	s.deliver()
+	s.tick(2)
+	mustAck(t, d)
+	for name, p := range map[string]*proposal{"gap": gap, "new epoch": epoch1} {
+		if r, done := outcome(p); !done || !errors.Is(r.err, wal.ErrOutOfOrderSequence) {
+			t.Fatalf("%s answered %v (done %v), want ErrOutOfOrderSequence", name, r.err, done)
+		}
+	}
+	if r := mustAck(t, retry); !r.Duplicate || r.BaseOffset != rc.BaseOffset {
+		t.Fatalf("retry of c answered %+v, want c's offset %d", r, rc.BaseOffset)
+	}
+	if d := cmp.Diff([]string{"d", "c"}, placed); d != "" {
+		t.Fatalf("placed (-want +got):\n%s", d)
+	}
+	var values []string
+	for _, r := range s.committed(ld.id) {
+		values = append(values, r.Value)
+	}
+	if d := cmp.Diff([]string{"a", "b", "c", "d"}, values); d != "" {
+		t.Fatalf("committed (-want +got):\n%s", d)
+	}
+}
