@@ -120,22 +120,7 @@ func BenchmarkReplicatedAppend(b *testing.B) {
 	single := openSingle(b)
 	// The single node alone first, before the cluster exists.
 	aloneTime, aloneLat := drive(b, b.N/10, appendTo(single))
-	ns := startCluster(b, 3, func(c *Config) { c.TickInterval = 100 * time.Millisecond })
-	ctx := ctxT(b, time.Minute)
-	if err := ns[0].l.CreateTopicReplicas(ctx, "b", smallTopic(1), 3); err != nil {
-		b.Fatal(err)
-	}
-	var ld *Log
-	for ld == nil {
-		for _, n := range ns {
-			for _, tp := range n.l.Leads() {
-				if tp.Topic == "b" {
-					ld = n.l
-				}
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	ns, ld := benchCluster(b)
 	compareAppends(b, single, ld)
 	var dropped uint64
 	for _, n := range ns {
@@ -183,6 +168,27 @@ func BenchmarkReplicatedAppendProcs(b *testing.B) {
 	}
 	compareAppends(b, single, n1.l)
 	b.ReportMetric(float64(n1.l.tr.dropped.Load()), "leader-dropped-msgs")
+}
+
+// benchCluster starts a 3-node cluster in this process with topic "b"
+// (one partition, three replicas) and returns its nodes and the leader
+// of b-0.
+func benchCluster(b *testing.B) ([]*testNode, *Log) {
+	ns := startCluster(b, 3, func(c *Config) { c.TickInterval = 100 * time.Millisecond })
+	ctx := ctxT(b, time.Minute)
+	if err := ns[0].l.CreateTopicReplicas(ctx, "b", smallTopic(1), 3); err != nil {
+		b.Fatal(err)
+	}
+	for {
+		for _, n := range ns {
+			for _, tp := range n.l.Leads() {
+				if tp.Topic == "b" {
+					return ns, n.l
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func openSingle(b *testing.B) *wal.Log {
@@ -268,22 +274,7 @@ func compareAppends(b *testing.B, single *wal.Log, ld *Log) {
 // to its acknowledgement.
 func BenchmarkReplicatedPipeline(b *testing.B) {
 	single := openSingle(b)
-	ns := startCluster(b, 3, func(c *Config) { c.TickInterval = 100 * time.Millisecond })
-	ctx := ctxT(b, 5*time.Minute)
-	if err := ns[0].l.CreateTopicReplicas(ctx, "b", smallTopic(1), 3); err != nil {
-		b.Fatal(err)
-	}
-	var ld *Log
-	for ld == nil {
-		for _, n := range ns {
-			for _, tp := range n.l.Leads() {
-				if tp.Topic == "b" {
-					ld = n.l
-				}
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	_, ld := benchCluster(b)
 	const rounds = 5
 	per := max(b.N/rounds, 1)
 	var singleTime, replTime time.Duration
