@@ -3,8 +3,6 @@ package rest_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,51 +13,15 @@ import (
 	"github.com/sluice-cdc/sluice/sources/datagen"
 	"github.com/sluice-cdc/sluice/wal"
 	"github.com/sluice-cdc/sluice/wal/raft"
+	"github.com/sluice-cdc/sluice/wal/raft/rafttest"
 )
 
 // With a replicated log, /metrics shows each partition's replication state: on the leader its
 // role, that it serves, the term, itself as leader, the commit index that covers the appends,
 // and both followers caught up; on a follower the follower role and the leader's id.
 func TestMetricsReplication(t *testing.T) {
-	var addrs []string
-	var lns []net.Listener
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	var nodes []raft.Node
-	for i, a := range addrs {
-		nodes = append(nodes, raft.Node{ID: uint64(i + 1), Addr: a})
-	}
-	dir := t.TempDir()
-	logs := make([]*raft.Log, 3)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 3)
-	for i := range logs {
-		l, err := raft.Open(raft.Config{Dir: filepath.Join(dir, fmt.Sprint(i+1)), NodeID: uint64(i + 1), Nodes: nodes,
-			ListenAddr: addrs[i], TickInterval: 10 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		logs[i] = l
-		go func() { done <- l.Run(ctx) }()
-	}
-	t.Cleanup(func() {
-		cancel()
-		for range logs {
-			<-done
-		}
-		for _, l := range logs {
-			l.Close()
-		}
-	})
+	logs := rafttest.Cluster(t, 3, 10*time.Millisecond)
+	ctx := t.Context()
 	if err := logs[0].CreateTopicReplicas(ctx, "t", wal.DefaultTopicConfig(), 3); err != nil {
 		t.Fatal(err)
 	}
