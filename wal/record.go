@@ -50,10 +50,12 @@ type AppendOptions struct {
 	// after Written returned lands after this batch. It is called with the
 	// partition locked, so it must only signal (close a channel, say). It
 	// is not called when the append fails before writing. A replicated log
-	// (package wal/raft) calls it once the partition's leader proposed the
-	// batch, if the append reached the leader on the caller's node: a
-	// later append then lands after it, or it is lost and its Append
-	// fails. Elsewhere it is not called, and the caller learns the order
+	// (package wal/raft) calls it for an idempotent producer's batch (a
+	// ProducerID) once the partition's leader proposed it, if the append
+	// reached the leader on the caller's node, on the leader's Raft loop
+	// (which it must not hold up): a later batch of the same producer
+	// lands after it, or is refused for a sequence gap if this one was
+	// lost. Elsewhere it is not called, and the caller learns the order
 	// only when Append returns.
 	Written func()
 }

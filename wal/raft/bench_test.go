@@ -323,14 +323,14 @@ func pipeline(b *testing.B, l producerLog, n int) (time.Duration, latencies) {
 	for i := range val {
 		val[i] = 'v'
 	}
-	batches := make([][]wal.Record, pipelineDepth+1)
+	batches := make([][]wal.Record, pipelineDepth)
 	for i := range batches {
 		for k := 0; k < pipelineRecords; k++ {
 			batches[i] = append(batches[i], wal.Record{Key: strconv.AppendInt(nil, int64(k), 10), Value: val})
 		}
 	}
-	slots := make(chan int, pipelineDepth+1)
-	for i := 0; i <= pipelineDepth; i++ {
+	slots := make(chan int, pipelineDepth)
+	for i := 0; i < pipelineDepth; i++ {
 		slots <- i
 	}
 	lats := make(latencies, n)

@@ -194,8 +194,8 @@ func TestClusterAPI(t *testing.T) {
 			t.Fatalf("api-%d has %d serving leaders", p, leaders)
 		}
 	}
-	// An append on the leader's node reports its placement (Written),
-	// once.
+	// An idempotent append on the leader's node reports its placement
+	// (Written), once.
 	for _, n := range ns {
 		if !statusOf(n.l, "api", 2).Serving {
 			continue
@@ -205,6 +205,14 @@ func TestClusterAPI(t *testing.T) {
 			wal.AppendOptions{ProducerID: id2, ProducerEpoch: epoch2, Written: func() { calls.Add(1) }})
 		if err != nil || calls.Load() != 1 {
 			t.Fatalf("append on the leader of api-2: %v, Written called %d times, want once", err, calls.Load())
+		}
+		// Not for an append without a producer id: were it lost and retried,
+		// nothing would keep it from landing after a later one.
+		calls.Store(0)
+		_, err = n.l.Append(ctx, "api", 2, []wal.Record{{Key: []byte("k"), Value: []byte("x")}},
+			wal.AppendOptions{Written: func() { calls.Add(1) }})
+		if err != nil || calls.Load() != 0 {
+			t.Fatalf("append without a producer on the leader of api-2: %v, Written called %d times, want none", err, calls.Load())
 		}
 	}
 }

@@ -83,17 +83,18 @@
 // Before proposing a batch with a producer id, the leader checks it
 // against the producer state of its written log: a retry of a batch in
 // the log waits for that batch to commit and gets its offsets. A
-// producer's batch that directly follows (same epoch, next sequence) one
-// this leader proposed in its term and has not written yet is proposed at
-// once, without the log check (the epoch fence still applies): it can be
-// neither a retry nor after a gap, and Raft commits it only with that one. Any other batch of the producer waits
-// until its previous one is written, so that the check sees it. An
-// append made on the leader's node reports its placement (Written) when
-// proposed, so that a source task can send its next batch without
-// waiting for the commit. A refusal (fenced epoch, sequence gap) is answered
-// only after a quorum confirmed the leadership (a Raft ReadIndex): a
-// leader cut off from the others still believes it leads until its
-// election timeout passes, and its view of the producer may be stale.
+// producer's batch that directly follows (same epoch, next sequence) the
+// newest one this leader proposed for it in its term, not yet written, is
+// proposed at once without the log check (the epoch fence still applies):
+// it can be neither a retry nor after a gap, and Raft commits it only with
+// that one. Any other batch of the producer waits until that newest one
+// is written, so that the check sees it. An idempotent append made on the
+// leader's node reports its placement (Written) when proposed, so that a
+// source task sends its next batch without waiting for the commit. A
+// refusal (fenced epoch, sequence gap) is answered only after a quorum
+// confirmed the leadership (a Raft ReadIndex): a leader cut off from the
+// others still believes it leads until its election timeout passes, and
+// its view of the producer may be stale.
 //
 // # Transport
 //

@@ -681,6 +681,11 @@ func (g *group) persist(msgs []*pb.Message) error {
 				return err
 			}
 			persisted = s.GetMetadata().GetIndex()
+			// The log now ends at the snapshot: entries proposed after it
+			// are gone.
+			if truncated == 0 || persisted < truncated {
+				truncated = persisted
+			}
 		}
 		if len(m.Entries) > 0 {
 			if n := len(ents); n > 0 && m.Entries[0].GetIndex() != ents[n-1].GetIndex()+1 {

@@ -466,10 +466,12 @@ func (l *Log) AppendInfo(ctx context.Context, topic string, part int32, recs []w
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
 	key := groupKey{topic, part}
-	written := opts.Written
-	if written != nil {
-		var once sync.Once
-		written = func() { once.Do(opts.Written) }
+	// Placement is reported for an idempotent producer's batch only: its
+	// sequence keeps a later batch from landing before it when it is lost
+	// and retried, which nothing does for other appends.
+	var written func()
+	if opts.Written != nil && opts.ProducerID > 0 {
+		written = sync.OnceFunc(opts.Written)
 	}
 	for {
 		res, info, err := l.appendBatch(ctx, key, tm.replicas[part], b, written)

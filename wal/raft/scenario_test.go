@@ -740,3 +740,132 @@ func TestScenarioProducerPipelined(t *testing.T) {
 		t.Fatalf("committed (-want +got):\n%s", d)
 	}
 }
+
+// pipelineProp returns a proposal of n records valued value by producer 9,
+// whose Written appends value to *placed.
+func pipelineProp(t *testing.T, s *sim, placed *[]string, value string, n int, epoch int16, seq int32) *proposal {
+	t.Helper()
+	recs := make([]wal.Record, n)
+	for i := range recs {
+		recs[i] = wal.Record{Key: []byte("k"), Value: []byte(value)}
+	}
+	b, err := wal.PrepareBatch(recs, wal.AppendOptions{ProducerID: 9, ProducerEpoch: epoch, BaseSequence: seq}, s.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &proposal{ctx: context.Background(), batch: b, at: s.now, res: make(chan proposalResult, 1),
+		written: func() { *placed = append(*placed, value) }}
+}
+
+// TestScenarioProducerPipelinedGuards: with a producer's batch in flight
+// (proposed, not written), only the batch that follows its last record is
+// proposed at once, also when the producer has batches in the log; a
+// retry of the batch in flight and a batch overlapping it wait for it to
+// be written, then are found or refused; the epoch fence still applies to
+// the batch that follows.
+func TestScenarioProducerPipelinedGuards(t *testing.T) {
+	s := newSim(t, 3, memTopicConfig())
+	ld := s.leader()
+	var placed []string
+	prop := func(value string, n int, epoch int16, seq int32) *proposal {
+		return pipelineProp(t, s, &placed, value, n, epoch, seq)
+	}
+	a := prop("a", 2, 0, 0) // sequences 0-1, written before the rest
+	ld.g.propose([]*proposal{a})
+	s.process(ld)
+	s.deliver()
+	mustAck(t, a)
+
+	placed = nil
+	tail := ld.g.tailIdx
+	b := prop("b", 2, 0, 2) // 2-3
+	retry := prop("b", 2, 0, 2)
+	overlap := prop("overlap", 1, 0, 3)
+	c := prop("c", 1, 0, 4)
+	ld.g.propose([]*proposal{b, retry, overlap, c})
+	if got := ld.g.tailIdx - tail; got != 2 {
+		t.Fatalf("%d batches proposed with b in flight, want b and c", got)
+	}
+	if d := cmp.Diff([]string{"b", "c"}, placed); d != "" {
+		t.Fatalf("placed (-want +got):\n%s", d)
+	}
+	s.process(ld)
+	s.deliver()
+	s.tick(2)
+	rb := mustAck(t, b)
+	mustAck(t, c)
+	if r := mustAck(t, retry); !r.Duplicate || r.BaseOffset != rb.BaseOffset {
+		t.Fatalf("retry of b answered %+v, want b's offset %d", r, rb.BaseOffset)
+	}
+	if r, done := outcome(overlap); !done || !errors.Is(r.err, wal.ErrOutOfOrderSequence) {
+		t.Fatalf("batch overlapping b answered %v (done %v), want ErrOutOfOrderSequence", r.err, done)
+	}
+
+	// A fence raised once d is proposed (d is checked first) refuses e,
+	// which follows d. Both come in one propose: a later one would find d
+	// written already (the simulated groups write inline).
+	placed = nil
+	tail = ld.g.tailIdx
+	checks := 0
+	ld.g.fence = func(id int64, epoch int16) error {
+		if checks++; checks > 1 {
+			return fmt.Errorf("epoch %d: %w", epoch, wal.ErrProducerFenced)
+		}
+		return nil
+	}
+	d, e := prop("d", 1, 0, 5), prop("e", 1, 0, 6)
+	ld.g.propose([]*proposal{d, e})
+	if got := ld.g.tailIdx - tail; got != 1 {
+		t.Fatalf("%d batches proposed after the fence, want only d", got)
+	}
+	s.process(ld)
+	s.deliver()
+	s.tick(2)
+	mustAck(t, d)
+	if r, done := outcome(e); !done || !errors.Is(r.err, wal.ErrProducerFenced) {
+		t.Fatalf("e answered %v (done %v), want ErrProducerFenced", r.err, done)
+	}
+	if d := cmp.Diff([]string{"d"}, placed); d != "" {
+		t.Fatalf("placed (-want +got):\n%s", d)
+	}
+	var values []string
+	for _, r := range s.committed(ld.id) {
+		values = append(values, r.Value)
+	}
+	if d := cmp.Diff([]string{"a", "a", "b", "b", "c", "d"}, values); d != "" {
+		t.Fatalf("committed (-want +got):\n%s", d)
+	}
+}
+
+// TestScenarioProducerThrottledNotPlaced: a batch the leader cannot
+// propose yet (its uncommitted budget is full) is not reported placed
+// until it is proposed, once.
+func TestScenarioProducerThrottledNotPlaced(t *testing.T) {
+	s := newSim(t, 3, memTopicConfig())
+	s.cfg.MaxUncommittedBytes = 1 // one uncommitted entry at a time
+	for _, id := range s.ids {
+		nd := s.nodes[id]
+		nd.l.Close()
+		s.open(nd, false)
+	}
+	ld := s.leader()
+	var placed []string
+	f := pipelineProp(t, s, &placed, "f", 1, 0, 0)
+	g := pipelineProp(t, s, &placed, "g", 1, 0, 1)
+	ld.g.propose([]*proposal{f, g})
+	if !ld.g.throttled {
+		t.Fatal("setup: the second batch was not throttled")
+	}
+	if d := cmp.Diff([]string{"f"}, placed); d != "" {
+		t.Fatalf("placed while throttled (-want +got):\n%s", d)
+	}
+	s.process(ld)
+	s.deliver()
+	s.process(ld)
+	s.deliver()
+	mustAck(t, f)
+	mustAck(t, g)
+	if d := cmp.Diff([]string{"f", "g"}, placed); d != "" {
+		t.Fatalf("placed (-want +got):\n%s", d)
+	}
+}
