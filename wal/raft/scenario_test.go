@@ -711,15 +711,8 @@ func TestScenarioProducerPipelined(t *testing.T) {
 	// new epoch that does not start at 0 although it follows d's
 	// sequence, wait for d and are refused; a retry of c is found.
 	placed = nil
-	tail = ld.g.tailIdx
 	d, gap, epoch1, retry := prop("d", 0, 3), prop("gap", 0, 5), prop("e1", 1, 4), prop("c", 0, 2)
-	ld.g.propose([]*proposal{d, gap, epoch1, retry})
-	if got := ld.g.tailIdx - tail; got != 1 {
-		t.Fatalf("%d batches proposed with d in flight, want only d", got)
-	}
-	s.process(ld)
-	s.deliver()
-	s.tick(2)
+	proposeTogether(t, s, ld, 1, d, gap, epoch1, retry)
 	mustAck(t, d)
 	for name, p := range map[string]*proposal{"gap": gap, "new epoch": epoch1} {
 		if r, done := outcome(p); !done || !errors.Is(r.err, wal.ErrOutOfOrderSequence) {
@@ -739,6 +732,21 @@ func TestScenarioProducerPipelined(t *testing.T) {
 	if d := cmp.Diff([]string{"a", "b", "c", "d"}, values); d != "" {
 		t.Fatalf("committed (-want +got):\n%s", d)
 	}
+}
+
+// proposeTogether proposes ps in one call at the leader ld, checks that
+// want of them entered Raft's log at once (before any was written), then
+// lets the cluster run until they are answered.
+func proposeTogether(t *testing.T, s *sim, ld *simNode, want uint64, ps ...*proposal) {
+	t.Helper()
+	tail := ld.g.tailIdx
+	ld.g.propose(ps)
+	if got := ld.g.tailIdx - tail; got != want {
+		t.Fatalf("%d of %d batches proposed at once, want %d", got, len(ps), want)
+	}
+	s.process(ld)
+	s.deliver()
+	s.tick(2)
 }
 
 // pipelineProp returns a proposal of n records valued value by producer 9,
@@ -777,21 +785,15 @@ func TestScenarioProducerPipelinedGuards(t *testing.T) {
 	mustAck(t, a)
 
 	placed = nil
-	tail := ld.g.tailIdx
 	b := prop("b", 2, 0, 2) // 2-3
 	retry := prop("b", 2, 0, 2)
 	overlap := prop("overlap", 1, 0, 3)
 	c := prop("c", 1, 0, 4)
-	ld.g.propose([]*proposal{b, retry, overlap, c})
-	if got := ld.g.tailIdx - tail; got != 2 {
-		t.Fatalf("%d batches proposed with b in flight, want b and c", got)
-	}
-	if d := cmp.Diff([]string{"b", "c"}, placed); d != "" {
+	proposeTogether(t, s, ld, 2, b, retry, overlap, c)
+	// b and c when proposed, the retry of b once found in the log
+	if d := cmp.Diff([]string{"b", "c", "b"}, placed); d != "" {
 		t.Fatalf("placed (-want +got):\n%s", d)
 	}
-	s.process(ld)
-	s.deliver()
-	s.tick(2)
 	rb := mustAck(t, b)
 	mustAck(t, c)
 	if r := mustAck(t, retry); !r.Duplicate || r.BaseOffset != rb.BaseOffset {
@@ -805,7 +807,6 @@ func TestScenarioProducerPipelinedGuards(t *testing.T) {
 	// which follows d. Both come in one propose: a later one would find d
 	// written already (the simulated groups write inline).
 	placed = nil
-	tail = ld.g.tailIdx
 	checks := 0
 	ld.g.fence = func(id int64, epoch int16) error {
 		if checks++; checks > 1 {
@@ -814,13 +815,7 @@ func TestScenarioProducerPipelinedGuards(t *testing.T) {
 		return nil
 	}
 	d, e := prop("d", 1, 0, 5), prop("e", 1, 0, 6)
-	ld.g.propose([]*proposal{d, e})
-	if got := ld.g.tailIdx - tail; got != 1 {
-		t.Fatalf("%d batches proposed after the fence, want only d", got)
-	}
-	s.process(ld)
-	s.deliver()
-	s.tick(2)
+	proposeTogether(t, s, ld, 1, d, e)
 	mustAck(t, d)
 	if r, done := outcome(e); !done || !errors.Is(r.err, wal.ErrProducerFenced) {
 		t.Fatalf("e answered %v (done %v), want ErrProducerFenced", r.err, done)
