@@ -252,6 +252,11 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if p.Log.Fsync == config.FsyncUnsafeNever {
 		logger.Warn("log.fsync is unsafe-never: a machine crash loses acknowledged records")
 	}
+	// Signals are caught from here on: one that comes while sluice starts (a replicated log
+	// waits for its nodes) stops it as cleanly as one that comes later.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 	log, err := openNodeLog(p, wopts, logger)
 	if err != nil {
 		return err
@@ -290,8 +295,24 @@ func cmdRun(args []string, stderr io.Writer) error {
 		}
 	}
 	startCtx, cancelStart := context.WithTimeout(context.Background(), time.Minute)
+	restored, watched := make(chan struct{}), make(chan struct{})
+	var startSig os.Signal
+	go func() {
+		defer close(watched)
+		select {
+		case startSig = <-sigs:
+			cancelStart()
+		case <-restored:
+		}
+	}()
 	err = rt.Restore(startCtx)
+	close(restored)
+	<-watched
 	cancelStart()
+	if startSig != nil {
+		logger.Info("signal received while starting; stopping", "signal", startSig.String())
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("restore connectors stored in the log: %w", err)
 	}
@@ -325,9 +346,6 @@ func cmdRun(args []string, stderr io.Writer) error {
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 	// A task stuck in a call that ignores cancellation (a write to a pipe nobody reads) would
 	// keep Run from returning even after Abort; the forced stop then ends the process, which
 	// is as safe as a kill: the log recovers and uncommitted work is redone.

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,5 +141,53 @@ func TestShutdownTimeoutForcesExit(t *testing.T) {
 		if !strings.Contains(string(log), want) {
 			t.Fatalf("the log lacks %s\n%s", want, tail(logPath))
 		}
+	}
+}
+
+// A signal while sluice starts stops it cleanly: a node of a replicated log whose other nodes
+// are down waits for a majority to read the connectors stored in the log; SIGTERM ends the
+// wait, and sluice exits with status 0.
+func TestSignalWhileStarting(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildSluice(t, dir)
+	var addrs []string
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, ln.Addr().String())
+		ln.Close()
+	}
+	pipeline := filepath.Join(dir, "pipeline.yaml")
+	if err := os.WriteFile(pipeline, []byte(clusterPipeline(dir, 2, addrs)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "sluice.log")
+	p := start(t, bin, pipeline, logPath)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		data, _ := os.ReadFile(logPath)
+		if strings.Contains(string(data), `"msg":"replicated log"`) {
+			break
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("sluice exited at start: %v\n%s", p.err, tail(logPath))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sluice did not open its log within 30s\n%s", tail(logPath))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := exitWithin(t, p, 10*time.Second, "the signal"); err != nil {
+		t.Fatalf("exit %v, want status 0\n%s", err, tail(logPath))
+	}
+	log, _ := os.ReadFile(logPath)
+	if want := `"msg":"signal received while starting; stopping","signal":"terminated"`; !strings.Contains(string(log), want) {
+		t.Fatalf("the log lacks %s\n%s", want, tail(logPath))
 	}
 }
