@@ -348,10 +348,18 @@ func tail(path string) string {
 	return strings.Join(lines, "\n")
 }
 
+// logReader is what verifyLog reads: a *wal.Log, or a node of a replicated log.
+type logReader interface {
+	Describe(name string) (wal.TopicInfo, error)
+	EarliestOffset(topic string, part int32) (int64, error)
+	LatestOffset(topic string, part int32) (int64, error)
+	Fetch(ctx context.Context, topic string, part int32, offset int64, opts wal.FetchOptions) (wal.FetchResult, error)
+}
+
 // verifyLog checks that the log holds exactly the records of events [0, n) of s, each once, in
 // the partition Kafka's partitioner picks, in source order, and returns them by partition and
 // offset.
-func verifyLog(t *testing.T, log *wal.Log, s datagen.Settings, n int64) map[runtime.TopicPartition]map[int64]wal.Record {
+func verifyLog(t *testing.T, log logReader, s datagen.Settings, n int64) map[runtime.TopicPartition]map[int64]wal.Record {
 	t.Helper()
 	type ev struct {
 		seq int64
