@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -36,17 +35,7 @@ rest:
 	if id != 1 {
 		return p + "connectors: []\n"
 	}
-	return p + fmt.Sprintf(`connectors:
-  - name: gen
-    class: datagen
-    config:
-      topic.prefix: kill
-      datagen.keys: %d
-      datagen.batch.size: %d
-      datagen.max.events: %d
-      datagen.rate: %d
-      offset.flush.interval.ms: %d
-`, killKeys, killBatch, clusterEvents, clusterRate, killFlushMs)
+	return p + "connectors:\n" + genConnector(clusterEvents, clusterRate)
 }
 
 // TestClusterKillLoop runs datagen on node 1 of a 3-node replicated log (three sluice
@@ -58,15 +47,7 @@ func TestClusterKillLoop(t *testing.T) {
 	n := kills(t)
 	dir := t.TempDir()
 	bin := buildSluice(t, dir)
-	var addrs []string
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, ln.Addr().String())
-		ln.Close()
-	}
+	addrs := freeAddrs(t, 3)
 	pipelines := make([]string, 3)
 	for i := range pipelines {
 		pipelines[i] = filepath.Join(dir, fmt.Sprintf("pipeline%d.yaml", i+1))

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +39,42 @@ func kills(t *testing.T) int {
 	return 8
 }
 
+// freeAddrs returns n loopback addresses free right now.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, ln.Addr().String())
+		ln.Close()
+	}
+	return addrs
+}
+
+// waitLog waits until the log of p holds want, failing if p exits first or after limit.
+func waitLog(t *testing.T, p *proc, want string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		data, _ := os.ReadFile(p.log)
+		if strings.Contains(string(data), want) {
+			return
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("sluice exited at start: %v\n%s", p.err, tail(p.log))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log lacks %s after %v\n%s", want, limit, tail(p.log))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // buildSluice builds the binary into dir.
 func buildSluice(t *testing.T, dir string) string {
 	t.Helper()
@@ -59,14 +96,10 @@ const (
 	killFlushMs    = 100  // offset.flush.interval.ms
 )
 
-func killPipeline(dir string) string {
-	return fmt.Sprintf(`log:
-  dir: %s
-  partitions: %d
-rest:
-  listeners: []
-connectors:
-  - name: gen
+// genConnector is the pipeline file's entry of the datagen connector "gen" of the kill loops:
+// events at rate per second.
+func genConnector(events, rate int) string {
+	return fmt.Sprintf(`  - name: gen
     class: datagen
     config:
       topic.prefix: kill
@@ -75,14 +108,24 @@ connectors:
       datagen.max.events: %d
       datagen.rate: %d
       offset.flush.interval.ms: %d
-  - name: out
+`, killKeys, killBatch, events, rate, killFlushMs)
+}
+
+func killPipeline(dir string) string {
+	return fmt.Sprintf(`log:
+  dir: %s
+  partitions: %d
+rest:
+  listeners: []
+connectors:
+%s  - name: out
     class: file
     config:
       topics.regex: kill\..*
       file: %s
       consumer.override.max.poll.records: %d
       offset.flush.interval.ms: 0
-`, filepath.Join(dir, "log"), killPartitions, killKeys, killBatch, killEvents, killRate, killFlushMs, filepath.Join(dir, "out.jsonl"), killPoll)
+`, filepath.Join(dir, "log"), killPartitions, genConnector(killEvents, killRate), filepath.Join(dir, "out.jsonl"), killPoll)
 }
 
 // sinkLine is one line of the file sink's output.

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,22 +60,7 @@ func startStuck(t *testing.T, bin, dir string, args ...string) (*proc, string) {
 	go func() { p.err = cmd.Wait(); logf.Close(); close(p.exited) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
 	// The pipe holds 64 KiB by default: a few hundred records fill it.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		data, _ := os.ReadFile(logPath)
-		if strings.Contains(string(data), `msg="source opening"`) {
-			break
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("sluice exited at start: %v\n%s", p.err, tail(logPath))
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sluice did not start within 30s\n%s", tail(logPath))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitLog(t, p, `msg="source opening"`, 30*time.Second)
 	time.Sleep(time.Second) // the source appends thousands of records meanwhile
 	select {
 	case <-p.exited:
@@ -150,37 +134,13 @@ func TestShutdownTimeoutForcesExit(t *testing.T) {
 func TestSignalWhileStarting(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildSluice(t, dir)
-	var addrs []string
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, ln.Addr().String())
-		ln.Close()
-	}
 	pipeline := filepath.Join(dir, "pipeline.yaml")
-	if err := os.WriteFile(pipeline, []byte(clusterPipeline(dir, 2, addrs)), 0o644); err != nil {
+	if err := os.WriteFile(pipeline, []byte(clusterPipeline(dir, 2, freeAddrs(t, 3))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(dir, "sluice.log")
 	p := start(t, bin, pipeline, logPath)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		data, _ := os.ReadFile(logPath)
-		if strings.Contains(string(data), `"msg":"replicated log"`) {
-			break
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("sluice exited at start: %v\n%s", p.err, tail(logPath))
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sluice did not open its log within 30s\n%s", tail(logPath))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitLog(t, p, `"msg":"replicated log"`, 30*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	if err := exitWithin(t, p, 10*time.Second, "the signal"); err != nil {
