@@ -232,6 +232,37 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Signals are caught from here on. While sluice starts, the first cancels what can be (a
+	// replicated log waits for a leader) and sluice stops once the step under way returns; a
+	// second exits at once (as safe as a kill: nothing has run yet).
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	startCtx, cancelStart := context.WithCancel(context.Background())
+	defer cancelStart()
+	started, watched := make(chan struct{}), make(chan struct{})
+	var startSig os.Signal
+	go func() {
+		defer close(watched)
+		select {
+		case startSig = <-sigs:
+			cancelStart()
+		case <-started:
+			return
+		}
+		select {
+		case sig := <-sigs:
+			logger.Warn("second signal while starting; exiting", "signal", sig.String())
+			os.Exit(1)
+		case <-started:
+		}
+	}()
+	var endStart sync.Once
+	startDone := func() os.Signal {
+		endStart.Do(func() { close(started); <-watched })
+		return startSig
+	}
+	defer startDone()
 	pct, fromEnv := runtime.SetGCDefaults()
 	logger.Debug("garbage collector target", "gogc", pct, "from_env", fromEnv)
 	if *cpuprofile != "" {
@@ -252,11 +283,6 @@ func cmdRun(args []string, stderr io.Writer) error {
 	if p.Log.Fsync == config.FsyncUnsafeNever {
 		logger.Warn("log.fsync is unsafe-never: a machine crash loses acknowledged records")
 	}
-	// Signals are caught from here on: one that comes while sluice starts (a replicated log
-	// waits for its nodes) stops it as cleanly as one that comes later.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 	log, err := openNodeLog(p, wopts, logger)
 	if err != nil {
 		return err
@@ -294,23 +320,11 @@ func cmdRun(args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	startCtx, cancelStart := context.WithTimeout(context.Background(), time.Minute)
-	restored, watched := make(chan struct{}), make(chan struct{})
-	var startSig os.Signal
-	go func() {
-		defer close(watched)
-		select {
-		case startSig = <-sigs:
-			cancelStart()
-		case <-restored:
-		}
-	}()
-	err = rt.Restore(startCtx)
-	close(restored)
-	<-watched
-	cancelStart()
-	if startSig != nil {
-		logger.Info("signal received while starting; stopping", "signal", startSig.String())
+	restoreCtx, cancelRestore := context.WithTimeout(startCtx, time.Minute)
+	err = rt.Restore(restoreCtx)
+	cancelRestore()
+	if sig := startDone(); sig != nil {
+		logger.Info("signal received while starting; stopping", "signal", sig.String())
 		return nil
 	}
 	if err != nil {

@@ -181,7 +181,7 @@ func (rt *Runtime) AlterSinkOffsets(ctx context.Context, name string, offsets ma
 		if off == -1 {
 			continue
 		}
-		start, end, err := bounds(rt.opts.Log, tp.Topic, tp.Partition)
+		start, end, err := bounds(ctx, rt.opts.Log, tp.Topic, tp.Partition)
 		if err != nil {
 			return err
 		}

@@ -56,8 +56,18 @@ type TopicSpec struct {
 	Config     map[string]string
 }
 
-// bounds returns a partition's log start offset and high watermark.
-func bounds(log Log, topic string, partition int32) (start, end int64, err error) {
+// offsetsLog is a log whose offsets can be asked for with a context: a replicated log waits
+// for a partition's leader.
+type offsetsLog interface {
+	OffsetsContext(ctx context.Context, topic string, partition int32) (start, end int64, err error)
+}
+
+// bounds returns a partition's log start offset and high watermark; a log that can (a
+// replicated log) stops waiting for them when ctx ends.
+func bounds(ctx context.Context, log Log, topic string, partition int32) (start, end int64, err error) {
+	if ol, ok := log.(offsetsLog); ok {
+		return ol.OffsetsContext(ctx, topic, partition)
+	}
 	if start, err = log.EarliestOffset(topic, partition); err != nil {
 		return 0, 0, err
 	}

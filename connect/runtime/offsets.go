@@ -64,7 +64,7 @@ func committedPosition(ctx context.Context, log Log, connector string, prod *pro
 		}
 	}
 	var found []byte
-	start, end, err := bounds(log, tp.Topic, tp.Partition)
+	start, end, err := bounds(ctx, log, tp.Topic, tp.Partition)
 	if err != nil {
 		return pos, fmt.Errorf("read committed position: %w", err)
 	}

@@ -108,7 +108,7 @@ func (cs *configStore) put(ctx context.Context, s *storedConnector) error {
 
 // load returns the newest record of every connector, in the order of their last change.
 func (cs *configStore) load(ctx context.Context) ([]storedConnector, error) {
-	start, end, err := bounds(cs.log, ConfigsTopic, 0)
+	start, end, err := bounds(ctx, cs.log, ConfigsTopic, 0)
 	if errors.Is(err, wal.ErrUnknownTopic) {
 		return nil, nil
 	}

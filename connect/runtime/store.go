@@ -34,7 +34,7 @@ func (s *store) Append(ctx context.Context, key, value []byte) error {
 
 // Scan implements connect.Store: every entry stored when Scan started, in order.
 func (s *store) Scan(ctx context.Context, fn func(key, value []byte) error) error {
-	start, end, err := bounds(s.log, s.topic, 0)
+	start, end, err := bounds(ctx, s.log, s.topic, 0)
 	if errors.Is(err, wal.ErrUnknownTopic) {
 		return nil
 	}

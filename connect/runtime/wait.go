@@ -104,7 +104,7 @@ func (rt *Runtime) WaitFor(ctx context.Context, sink, source, position string) (
 			return res, err
 		}
 		for p := range n {
-			start, end, err := bounds(rt.opts.Log, topic, p)
+			start, end, err := bounds(ctx, rt.opts.Log, topic, p)
 			if err != nil {
 				return res, err
 			}

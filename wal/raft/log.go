@@ -607,6 +607,17 @@ func (l *Log) EarliestOffset(topic string, part int32) (int64, error) {
 	return start, nil
 }
 
+// OffsetsContext returns a partition's log start and high watermark at
+// its leader, as EarliestOffset and LatestOffset do, waiting for a leader
+// until ctx ends (at most Config.RequestTimeout).
+func (l *Log) OffsetsContext(ctx context.Context, topic string, part int32) (start, hw int64, err error) {
+	start, hw, err = l.offsets(ctx, topic, part)
+	if err != nil {
+		return 0, 0, fmt.Errorf("offsets: %w", err)
+	}
+	return start, hw, nil
+}
+
 // LatestOffset returns a partition's high watermark at its leader, once
 // that leader committed an entry of its own term.
 func (l *Log) LatestOffset(topic string, part int32) (int64, error) {
