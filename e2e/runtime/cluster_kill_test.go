@@ -14,14 +14,16 @@ import (
 	"github.com/sluice-cdc/sluice/wal/raft"
 )
 
-const (
-	clusterEvents = 30000
-	clusterRate   = 2500 // events per second: the source runs through most kills
-)
+// clusterRate is datagen's rate in the cluster kill loop, in events per second.
+const clusterRate = 2500
+
+// clusterEvents is how many events datagen makes in a cluster kill loop of n kills: enough
+// for the source to run through all the kills (about 1.3 s each).
+func clusterEvents(n int) int { return max(30000, 4000*n) }
 
 // clusterPipeline is node id's pipeline file: the node of a 3-node replicated log at addrs,
-// and on node 1 only, datagen.
-func clusterPipeline(dir string, id int, addrs []string) string {
+// and on node 1 only, datagen making events events.
+func clusterPipeline(dir string, id int, addrs []string, events int) string {
 	p := fmt.Sprintf(`log:
   dir: %s
   partitions: %d
@@ -35,7 +37,7 @@ rest:
 	if id != 1 {
 		return p + "connectors: []\n"
 	}
-	return p + "connectors:\n" + genConnector(clusterEvents, clusterRate)
+	return p + "connectors:\n" + genConnector(events, clusterRate)
 }
 
 // TestClusterKillLoop runs datagen on node 1 of a 3-node replicated log (three sluice
@@ -45,13 +47,14 @@ rest:
 // its idempotent producer, placed once the leader proposed a batch, through leader changes.
 func TestClusterKillLoop(t *testing.T) {
 	n := kills(t)
+	events := clusterEvents(n)
 	dir := t.TempDir()
 	bin := buildSluice(t, dir)
 	addrs := freeAddrs(t, 3)
 	pipelines := make([]string, 3)
 	for i := range pipelines {
 		pipelines[i] = filepath.Join(dir, fmt.Sprintf("pipeline%d.yaml", i+1))
-		if err := os.WriteFile(pipelines[i], []byte(clusterPipeline(dir, i+1, addrs)), 0o644); err != nil {
+		if err := os.WriteFile(pipelines[i], []byte(clusterPipeline(dir, i+1, addrs, events)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -67,24 +70,9 @@ func TestClusterKillLoop(t *testing.T) {
 	for i := range procs {
 		startNode(i)
 	}
-	for k := range n {
-		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
-		i := rng.IntN(3)
-		select {
-		case <-procs[i].exited:
-			t.Fatalf("kill %d: node %d exited before the kill: %v\n%s", k, i+1, procs[i].err, tail(procs[i].log))
-		default:
-		}
-		procs[i].cmd.Process.Signal(syscall.SIGKILL)
-		procs[i].wait()
-		time.Sleep(time.Duration(rng.IntN(800)) * time.Millisecond)
-		startNode(i)
-	}
-
-	// The three nodes run until datagen's last event is committed, then stop together.
 	s := datagen.Settings{Prefix: "kill", Database: "inventory", Tables: datagen.Tables, Keys: killKeys, Seed: 1, Tombstones: true}
 	total := int64(0)
-	for e := int64(0); e < clusterEvents; e++ {
+	for e := range int64(events) {
 		total += int64(len(s.Records(e)))
 	}
 	var nodes []raft.Node
@@ -92,19 +80,47 @@ func TestClusterKillLoop(t *testing.T) {
 		nodes = append(nodes, raft.Node{ID: uint64(i + 1), Addr: a})
 	}
 	client := raft.NewClient(nodes, "", nil)
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	defer client.Close()
+	// committed is how many records the topics hold (-1: a partition did not answer).
+	committed := func() int64 {
 		have := int64(0)
 		for _, table := range s.Tables {
 			for p := int32(0); p < killPartitions; p++ {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				_, hw, err := client.Offsets(ctx, s.Topic(table), p)
 				cancel()
-				if err == nil {
-					have += hw
+				if err != nil {
+					return -1
 				}
+				have += hw
 			}
 		}
+		return have
+	}
+	for k := range n {
+		time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+		i := rng.IntN(3)
+		if k == 0 {
+			i = 0 // the node running the source, at least once
+		}
+		select {
+		case <-procs[i].exited:
+			t.Fatalf("kill %d: node %d exited before the kill: %v\n%s", k, i+1, procs[i].err, tail(procs[i].log))
+		default:
+		}
+		procs[i].cmd.Process.Signal(syscall.SIGKILL)
+		procs[i].wait()
+		if k == n-1 {
+			t.Logf("the last kill (node %d) came with %d of %d records in the log", i+1, committed(), total)
+		}
+		time.Sleep(time.Duration(rng.IntN(800)) * time.Millisecond)
+		startNode(i)
+	}
+
+	// The three nodes run until datagen's last event is committed, then stop together.
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		have := committed()
 		if have >= total {
 			break
 		}
@@ -113,7 +129,9 @@ func TestClusterKillLoop(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	client.Close()
+	for _, p := range procs {
+		waitLog(t, p, `"msg":"sluice running"`, time.Minute)
+	}
 	for _, p := range procs {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
@@ -145,5 +163,5 @@ func TestClusterKillLoop(t *testing.T) {
 		logs = append(logs, l)
 		go func() { done <- l.Run(ctx) }()
 	}
-	verifyLog(t, logs[0], s, clusterEvents)
+	verifyLog(t, logs[0], s, int64(events))
 }

@@ -14,8 +14,8 @@ import (
 )
 
 // Cluster starts n nodes of a replicated log in this process, each in a temporary directory
-// of t and on a free loopback port, ticking every tick, and stops them when t ends. The nodes
-// are returned in the order of their ids (1 to n).
+// of t and on a free loopback port, ticking every tick, and stops them when t ends (an error
+// a node's Run returned fails t). The nodes are returned in the order of their ids (1 to n).
 func Cluster(t testing.TB, n int, tick time.Duration) []*raft.Log {
 	t.Helper()
 	var lns []net.Listener
@@ -38,7 +38,9 @@ func Cluster(t testing.TB, n int, tick time.Duration) []*raft.Log {
 	t.Cleanup(func() {
 		cancel()
 		for range logs {
-			<-done
+			if err := <-done; err != nil {
+				t.Errorf("a node of the cluster stopped with %v", err)
+			}
 		}
 		for _, l := range logs {
 			l.Close()
