@@ -22,6 +22,7 @@ import (
 //	go test -run '^$' -bench BenchmarkReplicatedAppendProcs -benchtime 20000x ./wal/raft/
 //	go test -run '^$' -bench BenchmarkReplicatedPipeline -benchtime 500x ./wal/raft/
 //	go test -run '^$' -bench BenchmarkFailover -benchtime 20x ./wal/raft/
+//	go test -run '^$' -bench BenchmarkFsyncContention -benchtime 2000x ./wal/raft/
 
 const (
 	benchWriters = 8
@@ -173,8 +174,26 @@ func BenchmarkReplicatedAppendProcs(b *testing.B) {
 // benchCluster starts a 3-node cluster in this process with topic "b"
 // (one partition, three replicas) and returns its nodes and the leader
 // of b-0.
+//
+// SLUICE_BENCH_CLUSTER_DIR=/dev/shm puts the three nodes' directories in
+// that directory instead (the single node stays on the test's disk): on a
+// tmpfs, their fsyncs cost nothing, which shows what the cluster costs
+// apart from three copies sharing one disk.
 func benchCluster(b *testing.B) ([]*testNode, *Log) {
-	ns := startCluster(b, 3, func(c *Config) { c.TickInterval = 100 * time.Millisecond })
+	under := ""
+	if d := os.Getenv("SLUICE_BENCH_CLUSTER_DIR"); d != "" {
+		var err error
+		if under, err = os.MkdirTemp(d, "sluice-bench-"); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.RemoveAll(under) })
+	}
+	ns := startCluster(b, 3, func(c *Config) {
+		c.TickInterval = 100 * time.Millisecond
+		if under != "" {
+			c.Dir = filepath.Join(under, filepath.Base(c.Dir))
+		}
+	})
 	ctx := ctxT(b, time.Minute)
 	if err := ns[0].l.CreateTopicReplicas(ctx, "b", smallTopic(1), 3); err != nil {
 		b.Fatal(err)
@@ -427,4 +446,65 @@ func BenchmarkFailover(b *testing.B) {
 	b.ReportMetric(ms(times.pct(0.5)), "p50-ms")
 	b.ReportMetric(ms(times.pct(0.99)), "p99-ms")
 	b.ReportMetric(ms(times[len(times)-1]), "max-ms")
+}
+
+// BenchmarkFsyncContention measures what three nodes sharing one disk pay
+// for durability: the mean time of a 1 KB write and fdatasync, by one
+// writer alone and by each of three writers at once (each on its own
+// file, as each node has its own log), b.N times per writer, alternating
+// in five rounds. On a disk whose every flush is a whole-device cache
+// flush, the three writers' flushes queue behind each other.
+func BenchmarkFsyncContention(b *testing.B) {
+	dir := b.TempDir()
+	files := make([]*os.File, 3)
+	for i := range files {
+		f, err := os.Create(filepath.Join(dir, "f"+strconv.Itoa(i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	run := func(writers, n int) time.Duration {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var total time.Duration
+		for w := 0; w < writers; w++ {
+			wg.Add(1)
+			go func(f *os.File) {
+				defer wg.Done()
+				buf := make([]byte, 1024)
+				at, _ := f.Seek(0, 2)
+				t0 := time.Now()
+				for i := 0; i < n; i++ {
+					if _, err := f.WriteAt(buf, at); err != nil {
+						b.Error(err)
+						return
+					}
+					at += int64(len(buf))
+					if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+				mu.Lock()
+				total += time.Since(t0)
+				mu.Unlock()
+			}(files[w])
+		}
+		wg.Wait()
+		return total / time.Duration(writers*n)
+	}
+	const rounds = 5
+	per := max(b.N/rounds, 1)
+	var one, three time.Duration
+	b.ResetTimer()
+	for r := 0; r < rounds; r++ {
+		one += run(1, per)
+		three += run(3, per)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(one.Microseconds())/rounds, "one-writer-us/fsync")
+	b.ReportMetric(float64(three.Microseconds())/rounds, "three-writers-us/fsync")
+	b.ReportMetric(three.Seconds()/one.Seconds(), "x-slower")
 }
