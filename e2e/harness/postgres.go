@@ -148,6 +148,9 @@ func (pg *Postgres) conf(dir string, opts PostgresOptions) []string {
 		"shared_buffers = 128MB",
 		"logging_collector = off",
 		"log_min_messages = warning",
+		// dynamic shared memory in the data directory, not /dev/shm: a server the tests kill
+		// with SIGKILL would leave its segments there for good
+		"dynamic_shared_memory_type = mmap",
 	}
 	if !opts.Durable {
 		lines = append(lines, "fsync = off", "synchronous_commit = off", "full_page_writes = off")
