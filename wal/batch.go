@@ -401,6 +401,11 @@ func (bb *batchBuilder) encodeRecords(recs []Record, sourcePos []byte, hasSource
 		spLen = len(sourcePos)
 	}
 	bb.recordsAt = batchFixedHeader + spLen
+	// room for the whole batch at once: growing by doubling would copy it
+	// and leave garbage several times its size
+	if n := bb.recordsAt + recordsBound(recs); cap(bb.buf) < n {
+		bb.buf = make([]byte, 0, n)
+	}
 	bb.buf = append(bb.buf[:0], make([]byte, bb.recordsAt)...)
 	if hasSourcePos {
 		copy(bb.buf[batchFixedHeader:], sourcePos)
@@ -424,6 +429,23 @@ func (bb *batchBuilder) encodeRecords(recs []Record, sourcePos []byte, hasSource
 		bb.buf = appendRecord(bb.buf, ts-bb.baseTS, int32(i), recs[i].Key, recs[i].Value, recs[i].Headers)
 	}
 	bb.recordsCRC = crc32.Update(0, castagnoli, bb.buf[bb.recordsAt:])
+}
+
+// recordsBound is at least the encoded size of recs: their bytes, and
+// every varint at its largest.
+func recordsBound(recs []Record) int {
+	const lenField = binary.MaxVarintLen32
+	n := 0
+	for i := range recs {
+		r := &recs[i]
+		// length, attributes, timestamp delta, offset delta, key, value,
+		// header count
+		n += lenField + 1 + binary.MaxVarintLen64 + lenField + lenField + len(r.Key) + lenField + len(r.Value) + lenField
+		for _, h := range r.Headers {
+			n += lenField + len(h.Key) + lenField + len(h.Value)
+		}
+	}
+	return n
 }
 
 // finish fills in the header and checksum.

@@ -243,3 +243,34 @@ func TestRetryWaitsForOriginalFsync(t *testing.T) {
 		t.Fatalf("high watermark %d, want 2 (written once)", hw)
 	}
 }
+
+// TestEncodeRecordsFitsBound: a batch is encoded in the room recordsBound
+// reserves, without growing its buffer, whatever its keys, values,
+// headers and timestamps.
+func TestEncodeRecordsFitsBound(t *testing.T) {
+	big := strings.Repeat("v", 70000)
+	cases := [][]Record{
+		{{}},
+		{{Key: []byte("k"), Value: []byte("v")}},
+		{{Key: []byte(big), Value: []byte(big), Headers: []Header{{Key: big, Value: []byte(big)}, {Key: "n"}}}},
+		{{Timestamp: time.UnixMilli(1)}, {Timestamp: time.UnixMilli(1 << 60)}, {Timestamp: time.UnixMilli(-1 << 60)}},
+	}
+	var many []Record
+	for i := range 3000 {
+		many = append(many, Record{Key: []byte(strings.Repeat("k", i%300)), Value: []byte(strings.Repeat("v", i)), Headers: []Header{{Key: "h", Value: []byte("1")}}})
+	}
+	cases = append(cases, many)
+	for i, recs := range cases {
+		for _, sp := range [][]byte{nil, []byte("position")} {
+			var bb batchBuilder
+			bb.encodeRecords(recs, sp, sp != nil, time.Now().UnixMilli())
+			want := batchFixedHeader + len(sp) + recordsBound(recs)
+			if cap(bb.buf) != want || len(bb.buf) > want {
+				t.Errorf("case %d: %d bytes in a buffer of %d, want room for %d reserved at once", i, len(bb.buf), cap(bb.buf), want)
+			}
+			if _, _, err := DecodeBatch(bb.finish(&batchHeader{lastOffsetDelta: int32(len(recs) - 1), recordCount: int32(len(recs))}), nil); err != nil {
+				t.Errorf("case %d: %v", i, err)
+			}
+		}
+	}
+}

@@ -6,14 +6,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluice-cdc/sluice/wal"
+	"github.com/sluice-cdc/sluice/wal/vfs"
 )
 
 // Benchmarks. They are never part of a plain go test; run for example
@@ -178,9 +182,13 @@ func BenchmarkReplicatedAppendProcs(b *testing.B) {
 // SLUICE_BENCH_CLUSTER_DIR=/dev/shm puts the three nodes' directories in
 // that directory instead (the single node stays on the test's disk): on a
 // tmpfs, their fsyncs cost nothing, which shows what the cluster costs
-// apart from three copies sharing one disk.
+// apart from three copies sharing one disk. SLUICE_BENCH_SYNC_DELAY=230us
+// then makes each of the nodes' syncs take that much longer (a sleep), as
+// if each node had a disk of its own that flushes in that time; the
+// benchmark reports the mean time a node's sync then took.
 func benchCluster(b *testing.B) ([]*testNode, *Log) {
 	under := ""
+	var delay *delayedSyncs
 	if d := os.Getenv("SLUICE_BENCH_CLUSTER_DIR"); d != "" {
 		var err error
 		if under, err = os.MkdirTemp(d, "sluice-bench-"); err != nil {
@@ -188,10 +196,26 @@ func benchCluster(b *testing.B) ([]*testNode, *Log) {
 		}
 		b.Cleanup(func() { os.RemoveAll(under) })
 	}
+	if v := os.Getenv("SLUICE_BENCH_SYNC_DELAY"); v != "" {
+		dl, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("SLUICE_BENCH_SYNC_DELAY: %v", err)
+		}
+		delay = &delayedSyncs{FS: vfs.OS, delay: dl}
+		b.Cleanup(func() {
+			if n := delay.syncs.Load(); n > 0 {
+				b.ReportMetric(float64(delay.took.Load())/float64(n)/1e3, "cluster-us/sync")
+				b.ReportMetric(float64(n), "cluster-syncs")
+			}
+		})
+	}
 	ns := startCluster(b, 3, func(c *Config) {
 		c.TickInterval = 100 * time.Millisecond
 		if under != "" {
 			c.Dir = filepath.Join(under, filepath.Base(c.Dir))
+		}
+		if delay != nil {
+			c.WAL.FS = delay
 		}
 	})
 	ctx := ctxT(b, time.Minute)
@@ -247,23 +271,36 @@ func appendTo(l appender) func(ctx context.Context, w, i int) error {
 // the leader, alternating in ten rounds, and reports throughput and
 // latencies of both and their ratio.
 func compareAppends(b *testing.B, single *wal.Log, ld *Log) {
+	// The collector's target of `sluice run` (connect/runtime.GCPercent),
+	// which runs the replicated log, unless GOGC is set: for the baseline
+	// and the cluster alike.
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		defer debug.SetGCPercent(debug.SetGCPercent(300))
+	}
 	const rounds = 10
 	var singleTime, replTime, singleCPU, replCPU time.Duration
 	var singleLat, replLat latencies
+	var singleAlloc, replAlloc uint64
 	b.ResetTimer()
 	for r := 0; r < rounds; r++ {
-		c0 := cpuTime()
+		c0, a0 := cpuTime(), allocated()
 		el, lat := drive(b, b.N/rounds, appendTo(single))
-		c1 := cpuTime()
+		c1, a1 := cpuTime(), allocated()
 		singleTime += el
 		singleCPU += c1 - c0
+		singleAlloc += a1 - a0
 		singleLat = append(singleLat, lat...)
 		el, lat = drive(b, b.N/rounds, appendTo(ld))
 		replCPU += cpuTime() - c1
+		replAlloc += allocated() - a1
 		replTime += el
 		replLat = append(replLat, lat...)
 	}
 	b.StopTimer()
+	// Bytes allocated per append: garbage the collector must chase, and a
+	// collection's pauses and marking show in the tail latencies.
+	b.ReportMetric(float64(replAlloc)/float64(len(replLat)), "B/append")
+	b.ReportMetric(float64(singleAlloc)/float64(len(singleLat)), "single-B/append")
 	sort.Slice(singleLat, func(i, j int) bool { return singleLat[i] < singleLat[j] })
 	sort.Slice(replLat, func(i, j int) bool { return replLat[i] < replLat[j] })
 	ratio := singleTime.Seconds() / replTime.Seconds()
@@ -507,4 +544,48 @@ func BenchmarkFsyncContention(b *testing.B) {
 	b.ReportMetric(float64(one.Microseconds())/rounds, "one-writer-us/fsync")
 	b.ReportMetric(float64(three.Microseconds())/rounds, "three-writers-us/fsync")
 	b.ReportMetric(three.Seconds()/one.Seconds(), "x-slower")
+}
+
+// delayedSyncs is a file system whose files' syncs take delay longer.
+type delayedSyncs struct {
+	vfs.FS
+	delay       time.Duration
+	syncs, took atomic.Int64
+}
+
+func (d *delayedSyncs) Create(name string) (vfs.File, error) { return d.wrap(d.FS.Create(name)) }
+func (d *delayedSyncs) Open(name string) (vfs.File, error)   { return d.wrap(d.FS.Open(name)) }
+func (d *delayedSyncs) OpenRW(name string) (vfs.File, error) { return d.wrap(d.FS.OpenRW(name)) }
+
+func (d *delayedSyncs) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return delayedFile{File: f, d: d}, nil
+}
+
+type delayedFile struct {
+	vfs.File
+	d *delayedSyncs
+}
+
+func (f delayedFile) Sync() error {
+	t0 := time.Now()
+	err := f.File.Sync()
+	// a sleep in the kernel: the runtime's timers overshoot by hundreds of
+	// microseconds on a busy machine
+	ts := syscall.NsecToTimespec(int64(f.d.delay))
+	if ts.Nano() > 0 {
+		_ = syscall.Nanosleep(&ts, nil)
+	}
+	f.d.syncs.Add(1)
+	f.d.took.Add(int64(time.Since(t0)))
+	return err
+}
+
+// allocated returns the bytes this process has allocated so far.
+func allocated() uint64 {
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	return ms.TotalAlloc
 }

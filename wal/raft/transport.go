@@ -109,6 +109,32 @@ func frame(kind byte, payload []byte) []byte {
 	return sealFrame(append(b, payload...), kind)
 }
 
+// framePool holds frame buffers for reuse: a Raft message is marshalled
+// into one and the writer puts it back once it copied it, so a steady
+// stream of appends does not leave a frame of garbage per message per
+// follower.
+var framePool sync.Pool
+
+// maxPooledFrame bounds the frames kept for reuse (a large one goes to the
+// collector).
+const maxPooledFrame = 64 << 10
+
+// getFrame returns an empty buffer with room for n bytes.
+func getFrame(n int) []byte {
+	if p, _ := framePool.Get().(*[]byte); p != nil && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, max(n, 512))
+}
+
+// putFrame keeps b for a later getFrame.
+func putFrame(b []byte) {
+	if c := cap(b); c > 0 && c <= maxPooledFrame {
+		b = b[:0]
+		framePool.Put(&b)
+	}
+}
+
 // sealFrame fills in the header of b, a frame whose payload was appended
 // after frameHeader bytes.
 func sealFrame(b []byte, kind byte) []byte {
@@ -164,6 +190,7 @@ func (c *conn) writeLoop() {
 				c.close(err)
 				return
 			}
+			putFrame(f) // copied: no one holds a frame once it is queued
 			select {
 			case f = <-c.out:
 			default:
@@ -617,12 +644,17 @@ func (t *transport) send(key groupKey, msgs []*pb.Message) []uint64 {
 		ok := false
 		if c != nil {
 			// The frame is built in place: header, key, message.
-			e := enc{b: make([]byte, frameHeader, frameHeader+binary.MaxVarintLen64+len(key.topic)+4+proto.Size(m))}
+			// in a pooled buffer, which the writer hands back once it wrote it
+			e := enc{b: getFrame(frameHeader + binary.MaxVarintLen64 + len(key.topic) + 4 + proto.Size(m))}
+			e.b = e.b[:frameHeader]
 			e.str(key.topic)
 			e.u32(uint32(key.part))
-			b, err := proto.MarshalOptions{}.MarshalAppend(e.b, m)
+			b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(e.b, m)
 			if err == nil {
 				ok = c.trySend(sealFrame(b, frameRaft))
+			}
+			if !ok {
+				putFrame(b)
 			}
 		}
 		if !ok {
