@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -179,22 +180,32 @@ func BenchmarkReplicatedAppendProcs(b *testing.B) {
 // (one partition, three replicas) and returns its nodes and the leader
 // of b-0.
 //
-// SLUICE_BENCH_CLUSTER_DIR=/dev/shm puts the three nodes' directories in
-// that directory instead (the single node stays on the test's disk): on a
-// tmpfs, their fsyncs cost nothing, which shows what the cluster costs
-// apart from three copies sharing one disk. SLUICE_BENCH_SYNC_DELAY=230us
-// then makes each of the nodes' syncs take that much longer (a sleep), as
-// if each node had a disk of its own that flushes in that time; the
-// benchmark reports the mean time a node's sync then took.
+// The three nodes share the machine's disk, and so its flushes.
+// SLUICE_BENCH_CLUSTER_DIR puts their directories elsewhere (the single
+// node stays on the test's disk): one directory for all three, or three,
+// comma-separated, one per node (a machine with a disk per node measures
+// the cluster as it runs in production). On a tmpfs (/dev/shm) their
+// fsyncs cost nothing, which shows what the cluster costs apart from its
+// disks. SLUICE_BENCH_SYNC_DELAY=230us then makes each of the nodes' syncs
+// take that much longer (a sleep in the kernel), as if each node had a
+// disk of its own that flushes in about that time; the benchmark reports
+// the mean time a node's sync then took.
 func benchCluster(b *testing.B) ([]*testNode, *Log) {
-	under := ""
+	var under []string
 	var delay *delayedSyncs
-	if d := os.Getenv("SLUICE_BENCH_CLUSTER_DIR"); d != "" {
-		var err error
-		if under, err = os.MkdirTemp(d, "sluice-bench-"); err != nil {
-			b.Fatal(err)
+	if v := os.Getenv("SLUICE_BENCH_CLUSTER_DIR"); v != "" {
+		dirs := strings.Split(v, ",")
+		if len(dirs) != 1 && len(dirs) != 3 {
+			b.Fatalf("SLUICE_BENCH_CLUSTER_DIR=%q: want one directory, or three separated by commas", v)
 		}
-		b.Cleanup(func() { os.RemoveAll(under) })
+		for _, d := range dirs {
+			u, err := os.MkdirTemp(d, "sluice-bench-")
+			if err != nil {
+				b.Fatalf("SLUICE_BENCH_CLUSTER_DIR: %v", err)
+			}
+			b.Cleanup(func() { os.RemoveAll(u) })
+			under = append(under, u)
+		}
 	}
 	if v := os.Getenv("SLUICE_BENCH_SYNC_DELAY"); v != "" {
 		dl, err := time.ParseDuration(v)
@@ -209,11 +220,13 @@ func benchCluster(b *testing.B) ([]*testNode, *Log) {
 			}
 		})
 	}
+	node := 0
 	ns := startCluster(b, 3, func(c *Config) {
 		c.TickInterval = 100 * time.Millisecond
-		if under != "" {
-			c.Dir = filepath.Join(under, filepath.Base(c.Dir))
+		if len(under) > 0 {
+			c.Dir = filepath.Join(under[node%len(under)], filepath.Base(c.Dir))
 		}
+		node++
 		if delay != nil {
 			c.WAL.FS = delay
 		}
