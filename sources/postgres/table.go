@@ -172,11 +172,13 @@ func (t *table) decodeBinary(c *column, b []byte) (any, error) {
 		return nil, fmt.Errorf("binary value of %d bytes for a column of type %d", len(b), c.typ)
 	}
 	us := int64(binary.BigEndian.Uint64(b))
-	var buf [48]byte
-	if out, ok := appendUTCMicros(buf[:0], us); ok && t.slab != nil {
-		return t.slab.String(t.slab.Text(out)), nil
+	if t.slab != nil {
+		var buf [32]byte // on the stack: only the slab keeps the text
+		if out, ok := appendUTCMicros(buf[:0], us); ok {
+			return t.slab.String(t.slab.Text(out)), nil
+		}
 	}
-	return c.decode(appendTimestamptzText(buf[:0], us))
+	return c.decode(appendTimestamptzText(make([]byte, 0, 48), us))
 }
 
 // image returns the row image of the decoded row (kept columns, masks applied; unchanged

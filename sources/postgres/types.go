@@ -831,7 +831,7 @@ func civilFromDays(z int64) (y, m, d int64) {
 // appendDateTime appends "YYYY-MM-DD<sep>HH:MM:SS[.ffffff]", the year with at least four
 // digits and the fraction without its trailing zeros (as the server writes them).
 func appendDateTime(dst []byte, y, mo, d, h, mi, s, f int64, sep byte) []byte {
-	if y < 1000 {
+	if y < 10000 { // four digits, zero-padded, without strconv's copy
 		dst = append(dst, byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10))
 	} else {
 		dst = strconv.AppendInt(dst, y, 10)
