@@ -140,8 +140,7 @@ func BenchmarkStreamInsert(b *testing.B) {
 	for b.Loop() {
 		if len(bt.recs)+len(rows) > cap(bt.recs) {
 			bt.recs = bt.recs[:0]
-			m.fields.reset()
-			m.bx.reset()
+			m.newGeneration()
 		}
 		m.curRow = 0
 		if _, err := m.emitImages(bt, tbl, connect.OpCreate, 1, rows); err != nil {
@@ -318,8 +317,7 @@ func TestStreamRecycledBatches(t *testing.T) {
 	}
 	// build makes round r's batch on streamer m
 	build := func(m *streamer, tbl *table, r int) connect.Batch {
-		m.fields.reset()
-		m.bx.reset()
+		m.newGeneration()
 		b := &batch{recs: m.rc.records(64)}
 		for k := range 1 + r%5 {
 			base := r*100000 + k*1000

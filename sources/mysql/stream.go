@@ -394,14 +394,21 @@ func (m *streamer) read(ctx context.Context) (connect.Batch, error) {
 	}
 }
 
+// newGeneration starts the memory of a new batch (see recycler).
+func (m *streamer) newGeneration() {
+	m.fields.reset()
+	m.bx.reset()
+	// the shared source blocks are the last batch's memory, which its Release recycles
+	clear(m.tx.srcs)
+}
+
 // readBatch reads the next batch from the binlog (in the producer).
 func (m *streamer) readBatch(ctx context.Context) (connect.Batch, error) {
 	s := m.s
 	// a backlog fills batches: size the next like the last
 	b := &batch{recs: m.rc.records(min(max(m.lastLen, 64), s.cfg.maxBatch))}
 	m.nowMs = s.now().UnixMilli()
-	m.fields.reset()
-	m.bx.reset()
+	m.newGeneration()
 	var hb <-chan time.Time
 	if s.cfg.heartbeat > 0 {
 		t := time.NewTimer(s.cfg.heartbeat)
@@ -933,8 +940,8 @@ func (m *streamer) addRecord(b *batch, t *table, op connect.Op, blk *block, befo
 }
 
 // source returns the boxed source block of a record of the current transaction. Records of
-// one transaction, table and server that share their row number in the event share one block
-// (a 1000-row transaction spans rows events of a few dozen rows each).
+// one batch, transaction, table and server that share their row number in the event share one
+// block (a 1000-row transaction spans rows events of a few dozen rows each).
 func (m *streamer) source(t *table, rowInEvent int) any {
 	tx := m.txShared()
 	sid := m.curHdr.ServerID
@@ -943,14 +950,15 @@ func (m *streamer) source(t *table, rowInEvent int) any {
 			return c.box
 		}
 	}
-	// memory of its own, not the arena's: it outlives the batch (see fieldArena)
-	src := make(connect.Row, srcFields)
+	// cut from the batch's arena, as its records are: readBatch forgets the shared blocks when
+	// it starts a new batch, so none outlives the batch that holds it
+	src := m.fields.take(srcFields)
 	copy(src, tx.src[:])
 	src[srcDB].Value = t.dbBox
 	src[srcTable].Value = t.nameBox
 	src[srcServerID].Value = m.serverID(sid)
 	src[srcRow].Value = boxInt(int64(rowInEvent))
-	box := any(src)
+	box := m.bx.row(src)
 	if rowInEvent < maxSharedSources {
 		if rowInEvent >= len(tx.srcs) {
 			tx.srcs = append(tx.srcs, make([]sharedSource, rowInEvent+1-len(tx.srcs))...)
