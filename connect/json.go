@@ -104,6 +104,25 @@ const memoSlots = 8
 type memoSlot struct {
 	seen   [memoSeen]memoRow
 	misses int
+	last   lastRow
+}
+
+// lastRow is the Row a field rendered last (while its renderings are kept), field by field: a
+// MySQL transaction's source blocks differ from one another in their row number alone, so a
+// new one is mostly copied from the one before (see appendRowFrom).
+type lastRow struct {
+	fields []Field // copies: they keep the values alive, so no other value can take their address
+	ends   []int   // where each field's rendering ends in b (after its comma, name and value)
+	spare  []int   // the ends of the Row before: memory for the next ends
+	b      []byte
+}
+
+// maxLastFields bounds the fields of a Row a lastRow follows.
+const maxLastFields = 32
+
+func (l *lastRow) reset() {
+	clear(l.fields)
+	l.fields, l.ends, l.b = l.fields[:0], l.ends[:0], l.b[:0]
 }
 
 // memoRow is one Row seen: its identity and, if kept, its rendering.
@@ -140,6 +159,7 @@ func (m *JSONMemo) Reset() {
 			for i := range sl.seen {
 				sl.seen[i].first, sl.seen[i].n, sl.seen[i].kept = nil, 0, false
 			}
+			sl.last.reset() // its values may be recycled memory (Batch.Release) from now on
 			// misses carries over: a field whose Rows never repeat (an after-image) stays
 			// watched only, instead of copying memoMisses renderings again in every batch
 		}
@@ -187,7 +207,11 @@ func AppendJSONMemo(dst []byte, v any, m *JSONMemo) ([]byte, error) {
 			continue
 		}
 		start := len(dst)
-		if dst, err = appendValue(dst, x[i].Value, 1, nc); err != nil { // the boxed Row: no new box
+		if sl.misses < memoMisses && len(r) <= maxLastFields {
+			if dst, err = appendRowFrom(dst, r, &sl.last, nc); err != nil {
+				return dst, err
+			}
+		} else if dst, err = appendValue(dst, x[i].Value, 1, nc); err != nil { // the boxed Row: no new box
 			return dst, err
 		}
 		e.first, e.n = first, len(r)
@@ -205,6 +229,58 @@ func AppendJSONMemo(dst []byte, v any, m *JSONMemo) ([]byte, error) {
 		}
 	}
 	return append(dst, '}'), nil
+}
+
+// appendRowFrom renders r (a Row in a field of a top-level Row, at depth 1) as appendValue does,
+// copying the rendering of each field that is the same as the field at its place in last: the
+// same name and the very same value of a scalar type (the same string or number, boxed at the
+// same address; boxed scalars are not changed in place). It then makes r the last Row. last
+// must be reset before any value it holds may be changed: JSONMemo.Reset does.
+func appendRowFrom(dst []byte, r Row, last *lastRow, nc *nameCache) ([]byte, error) {
+	start := len(dst)
+	same := len(last.fields) == len(r)
+	dst = append(dst, '{')
+	ends := last.spare[:0] // not last.ends, which is read below
+	for j := range r {
+		if same && sameScalar(&r[j], &last.fields[j]) {
+			from := 1
+			if j > 0 {
+				from = last.ends[j-1]
+			}
+			dst = append(dst, last.b[from:last.ends[j]]...)
+		} else {
+			dst = appendFieldName(dst, j, r[j].Name, nc)
+			var err error
+			if dst, err = appendValue(dst, r[j].Value, 2, nc); err != nil {
+				last.reset()
+				return dst, err
+			}
+		}
+		ends = append(ends, len(dst)-start)
+	}
+	dst = append(dst, '}')
+	last.ends, last.spare = ends, last.ends
+	last.fields = append(last.fields[:0], r...)
+	last.b = append(last.b[:0], dst[start:]...)
+	return dst, nil
+}
+
+// sameScalar reports whether two fields have the same name and the very same boxed value of a
+// scalar type, so that they render alike.
+func sameScalar(a, b *Field) bool {
+	if len(a.Name) != len(b.Name) || unsafe.StringData(a.Name) != unsafe.StringData(b.Name) {
+		return false
+	}
+	type eface struct{ typ, data unsafe.Pointer }
+	x, y := (*eface)(unsafe.Pointer(&a.Value)), (*eface)(unsafe.Pointer(&b.Value))
+	if *x != *y {
+		return false
+	}
+	switch a.Value.(type) {
+	case nil, string, int64, int, int32, float64, bool:
+		return true
+	}
+	return false
 }
 
 // MarshalJSONValue renders a data-model value as JSON.

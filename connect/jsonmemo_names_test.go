@@ -175,3 +175,74 @@ func TestJSONMemoNameBufferBounded(t *testing.T) {
 		}
 	}
 }
+
+// Blocks that differ from the one before in some fields only (a MySQL transaction's source
+// blocks differ in their row number) render as AppendJSON renders them: fields copied from the
+// block before are the ones with the same name and the very same scalar value; a value that
+// differs, a field renamed, a block of another length, and values of the same address that
+// are not scalars (a Row, a list, bytes, all changed in place) render anew.
+func TestJSONMemoCopiesUnchangedFields(t *testing.T) {
+	shared := []any{"0.1.0", "mysql", int64(1796057681576), "mariadb-bin.000003", int64(1234567), nil, 3.5, true}
+	nested := Row{{Name: "k", Value: "a"}}
+	list := []any{"x"}
+	raw := []byte("ab")
+	// boxed once, so every block holds them at the same address
+	nestedV, listV, rawV := any(nested), any(list), any(raw)
+	block := func(row int64) Row {
+		r := Row{{Name: "row", Value: row}, {Name: "nested", Value: nestedV}, {Name: "list", Value: listV}, {Name: "raw", Value: rawV}}
+		for i, v := range shared {
+			r = append(r, Field{Name: fieldNames[i], Value: v})
+		}
+		return r
+	}
+	var m JSONMemo
+	for i := range 40 {
+		b := block(int64(i * 37 % 1500)) // from one digit to four: the fields after it move
+		switch i {
+		case 10:
+			shared[2] = int64(42) // a new value: rendered anew from here on
+		case 20:
+			b = b[:len(b)-1] // another length
+		case 25:
+			b[len(b)-1].Name = "other" // a field renamed at its place
+		case 30:
+			nested[0].Value = "changed in place"
+			list[0] = "changed in place"
+			raw[0] = 'z'
+		}
+		ev := Row{{Name: "source", Value: b}} // rendered before the next changes in place
+		want, _ := AppendJSON(nil, ev)
+		got, err := AppendJSONMemo([]byte("x"), ev, &m)
+		if err != nil || string(got) != "x"+string(want) {
+			t.Fatalf("block %d:\n got %s (%v)\nwant x%s", i, got, err, want)
+		}
+	}
+	if len(m.slots[0].last.fields) == 0 {
+		t.Fatal("the memo did not follow the blocks field by field")
+	}
+}
+
+var fieldNames = []string{"version", "connector", "ts_ms", "file", "pos", "query", "score", "flag"}
+
+// A value of recycled memory (a source's boxed number, rewritten in place once its batch was
+// released) renders with its new content after Reset, though at the same address.
+func TestJSONMemoResetForgetsFieldsOfRecycledMemory(t *testing.T) {
+	slab := make([]int64, 1)
+	boxed := func() any { // as a source boxes into a slab it recycles
+		var v any = int64(0)
+		(*[2]unsafe.Pointer)(unsafe.Pointer(&v))[1] = unsafe.Pointer(&slab[0])
+		return v
+	}
+	var m JSONMemo
+	for batch := range 3 {
+		slab[0] = int64(1000 + batch)
+		for row := range 3 {
+			ev := Row{{Name: "source", Value: Row{{Name: "pos", Value: boxed()}, {Name: "row", Value: int64(row)}}}}
+			want := fmt.Sprintf(`{"source":{"pos":%d,"row":%d}}`, 1000+batch, row)
+			if got, err := AppendJSONMemo(nil, ev, &m); err != nil || string(got) != want {
+				t.Fatalf("batch %d, row %d: got %s (%v), want %s", batch, row, got, err, want)
+			}
+		}
+		m.Reset()
+	}
+}
