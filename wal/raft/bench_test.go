@@ -3,6 +3,7 @@ package raft
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/wal"
 	"github.com/sluice-cdc/sluice/wal/vfs"
+	"golang.org/x/sys/unix"
 )
 
 // Benchmarks. They are never part of a plain go test; run for example
@@ -123,6 +125,7 @@ func fillBatch(recs []wal.Record, buf []byte, w, i int) ([]wal.Record, []byte) {
 // processors (GOMAXPROCS) from the others until the runtime hands it on.
 // BenchmarkReplicatedAppendProcs runs the followers as processes.
 func BenchmarkReplicatedAppend(b *testing.B) {
+	defer sluiceGC()()
 	single := openSingle(b)
 	// The single node alone first, before the cluster exists.
 	aloneTime, aloneLat := drive(b, b.N/10, appendTo(single))
@@ -143,6 +146,7 @@ func BenchmarkReplicatedAppend(b *testing.B) {
 // (this test binary), as nodes run in production: each node has its own
 // Go scheduler, and only the machine's cores and disk are shared.
 func BenchmarkReplicatedAppendProcs(b *testing.B) {
+	defer sluiceGC()()
 	single := openSingle(b)
 	nodes := testNodes(freeAddrs(b, 3))
 	c := &procCluster{t: b, dir: b.TempDir(), nodes: nodes, tick: 100 * time.Millisecond, cmds: map[uint64]*exec.Cmd{}}
@@ -284,12 +288,6 @@ func appendTo(l appender) func(ctx context.Context, w, i int) error {
 // the leader, alternating in ten rounds, and reports throughput and
 // latencies of both and their ratio.
 func compareAppends(b *testing.B, single *wal.Log, ld *Log) {
-	// The collector's target of `sluice run` (connect/runtime.GCPercent),
-	// which runs the replicated log, unless GOGC is set: for the baseline
-	// and the cluster alike.
-	if _, ok := os.LookupEnv("GOGC"); !ok {
-		defer debug.SetGCPercent(debug.SetGCPercent(300))
-	}
 	const rounds = 10
 	var singleTime, replTime, singleCPU, replCPU time.Duration
 	var singleLat, replLat latencies
@@ -342,6 +340,7 @@ func compareAppends(b *testing.B, single *wal.Log, ld *Log) {
 // both, their ratio, and the p50 of the time from the start of an append
 // to its acknowledgement.
 func BenchmarkReplicatedPipeline(b *testing.B) {
+	defer sluiceGC()()
 	single := openSingle(b)
 	_, ld := benchCluster(b)
 	const rounds = 5
@@ -507,12 +506,17 @@ func BenchmarkFailover(b *testing.B) {
 func BenchmarkFsyncContention(b *testing.B) {
 	dir := b.TempDir()
 	files := make([]*os.File, 3)
+	per := max(b.N/5, 1) // five rounds
 	for i := range files {
 		f, err := os.Create(filepath.Join(dir, "f"+strconv.Itoa(i)))
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer f.Close()
+		// space reserved ahead, as the log reserves its segments'
+		if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, int64(10*per*1024)); err != nil {
+			b.Fatal(err)
+		}
 		files[i] = f
 	}
 	run := func(writers, n int) time.Duration {
@@ -524,7 +528,7 @@ func BenchmarkFsyncContention(b *testing.B) {
 			go func(f *os.File) {
 				defer wg.Done()
 				buf := make([]byte, 1024)
-				at, _ := f.Seek(0, 2)
+				at, _ := f.Seek(0, io.SeekEnd)
 				t0 := time.Now()
 				for i := 0; i < n; i++ {
 					if _, err := f.WriteAt(buf, at); err != nil {
@@ -546,7 +550,6 @@ func BenchmarkFsyncContention(b *testing.B) {
 		return total / time.Duration(writers*n)
 	}
 	const rounds = 5
-	per := max(b.N/rounds, 1)
 	var one, three time.Duration
 	b.ResetTimer()
 	for r := 0; r < rounds; r++ {
@@ -601,4 +604,17 @@ func allocated() uint64 {
 	var ms goruntime.MemStats
 	goruntime.ReadMemStats(&ms)
 	return ms.TotalAlloc
+}
+
+// sluiceGC sets the collector's target of `sluice run`, which runs the
+// replicated log (connect/runtime.GCPercent; this package cannot import
+// it), unless GOGC is set, and returns what restores the target before.
+// The benchmarks run the baseline and the cluster at it alike, and so do
+// the nodes started as processes.
+func sluiceGC() func() {
+	if _, ok := os.LookupEnv("GOGC"); ok {
+		return func() {}
+	}
+	old := debug.SetGCPercent(300)
+	return func() { debug.SetGCPercent(old) }
 }

@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 }
 
 func nodeChildMain() int {
+	defer sluiceGC()()
 	id, err := strconv.ParseUint(os.Getenv(nodeChildEnv), 10, 64)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "node id:", err)

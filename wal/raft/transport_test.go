@@ -2,6 +2,7 @@ package raft
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"net"
 	"sync"
@@ -77,5 +78,66 @@ func TestReadLoopReusesNoMessageBytes(t *testing.T) {
 	}
 	if diff := cmp.Diff(text(want), text(h.msgs)); diff != "" {
 		t.Errorf("messages received (-want +got):\n%s", diff)
+	}
+}
+
+// scribbler takes a buffer from the frame pool whenever the writer flushes
+// into the connection and overwrites it: a buffer in the pool is free, so
+// this must never change a frame still being written.
+type scribbler struct{ net.Conn }
+
+func (s scribbler) Write(p []byte) (int, error) {
+	b := getFrame(1)
+	b = b[:cap(b)]
+	for i := range b {
+		b[i] = 0xee
+	}
+	return s.Conn.Write(p)
+}
+
+// TestWriteLoopKeepsFrameUntilWritten: a queued frame goes back to the pool
+// only once the writer copied all of it. A frame that does not fit in what
+// is left of the write buffer is copied in two parts with a flush between
+// them, and the flush takes a buffer from the pool: the second part must
+// still be the frame's own bytes.
+func TestWriteLoopKeepsFrameUntilWritten(t *testing.T) {
+	for round := range 20 {
+		a, b := net.Pipe()
+		c := newConn(scribbler{a}, 2)
+		// first a frame too large to pool that fills the write buffer but
+		// 6 KB, then a pooled one of 20 KB
+		big := frame(frameRaft, bytes.Repeat([]byte{'b'}, 250<<10))
+		payload := make([]byte, 20<<10)
+		for i := range payload {
+			payload[i] = byte(i % 251)
+		}
+		small := getFrame(frameHeader + len(payload))
+		small = sealFrame(append(small[:frameHeader], payload...), frameRaft)
+		if !c.trySend(big) || !c.trySend(small) {
+			t.Fatal("frames not queued")
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.writeLoop()
+		}()
+		br := bufio.NewReader(b)
+		for i, want := range [][]byte{big[frameHeader:], payload} {
+			kind, got, err := readFrame(br)
+			if err != nil {
+				t.Fatalf("round %d frame %d: %v", round, i, err)
+			}
+			if kind != frameRaft || !bytes.Equal(got, want) {
+				n := 0
+				for n < min(len(got), len(want)) && got[n] == want[n] {
+					n++
+				}
+				t.Fatalf("round %d frame %d: kind %d, %d bytes differing from byte %d on, want kind %d and the %d bytes queued",
+					round, i, kind, len(got), n, frameRaft, len(want))
+			}
+		}
+		c.close(net.ErrClosed)
+		<-done
+		b.Close()
 	}
 }
