@@ -152,7 +152,8 @@ const memoMaxBytes = 512
 // event brings a few hundred new source blocks in a row.
 const memoMisses = memoSeen / 2
 
-// Reset forgets the Rows seen: call it before the Rows it saw may change or be freed.
+// Reset forgets the Rows seen: call it before the Rows it saw, or the values in them, may
+// change or be freed.
 func (m *JSONMemo) Reset() {
 	for _, sl := range m.slots {
 		if sl != nil {
@@ -170,9 +171,11 @@ func (m *JSONMemo) Reset() {
 // AppendJSONMemo is AppendJSON, except that when v is a Row, a Row held directly in one of its
 // first fields that is the very Row (same memory, same length) seen in that field by one of
 // the last calls is copied from m instead of rendered again, and so is the rendering of a
-// field name (at any depth) whose string m saw since its last Reset. The caller must Reset m
-// before any Row or field name it saw may have been modified or freed; Rows are not modified
-// in place (see Transform).
+// field name (at any depth) whose string m saw since its last Reset; a field of such a Row
+// that holds the very name and boxed scalar value (string, number, bool, null) of the field at
+// its place in the Row rendered before it there is copied from that rendering. The caller must
+// Reset m before any Row, value or field name it saw may have been modified or freed; Rows and
+// boxed values are not modified in place (see Transform).
 func AppendJSONMemo(dst []byte, v any, m *JSONMemo) ([]byte, error) {
 	x, ok := v.(Row)
 	if m == nil {
@@ -259,6 +262,14 @@ func appendRowFrom(dst []byte, r Row, last *lastRow, nc *nameCache) ([]byte, err
 		ends = append(ends, len(dst)-start)
 	}
 	dst = append(dst, '}')
+	if len(dst)-start > memoMaxBytes {
+		// not followed: a large value (a document column) would stay in the memo for good
+		last.reset()
+		if cap(last.b) > memoMaxBytes {
+			last.b = nil
+		}
+		return dst, nil
+	}
 	last.ends, last.spare = ends, last.ends
 	last.fields = append(last.fields[:0], r...)
 	last.b = append(last.b[:0], dst[start:]...)

@@ -246,3 +246,56 @@ func TestJSONMemoResetForgetsFieldsOfRecycledMemory(t *testing.T) {
 		m.Reset()
 	}
 }
+
+// The memo's memory stays bounded whatever the Rows it follows field by field: a Row with a
+// large value (a document column of an after-image) is rendered, not kept for copying.
+func TestJSONMemoLastRowBounded(t *testing.T) {
+	var m JSONMemo
+	doc := strings.Repeat("x", 1<<20)
+	for i := range 3 {
+		ev := Row{{Name: "after", Value: Row{{Name: "id", Value: int64(i)}, {Name: "doc", Value: doc}}}}
+		want, _ := AppendJSON(nil, ev)
+		got, err := AppendJSONMemo(nil, ev, &m)
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("row %d: got %d bytes (%v), want %d", i, len(got), err, len(want))
+		}
+	}
+	m.Reset()
+	if c := cap(m.slots[0].last.b); c > memoMaxBytes {
+		t.Fatalf("after Reset the memo holds %d bytes of a rendering it follows, want at most %d", c, memoMaxBytes)
+	}
+}
+
+// A field is copied from the Row rendered before only when its value has the very same type
+// as well as the same box, and its name the same length as well as the same bytes: Go boxes
+// true and int64(1) at one address (and so do false and 0), and a name may be a prefix of the
+// one before it, cut from the same string.
+func TestJSONMemoCopiesOnlyTheSameTypeAndName(t *testing.T) {
+	vb, vi := any(memoTrue), any(memoOne) // boxed at run time, as a source's values are
+	if (*[2]unsafe.Pointer)(unsafe.Pointer(&vb))[1] != (*[2]unsafe.Pointer)(unsafe.Pointer(&vi))[1] {
+		t.Fatal("true and int64(1) are not boxed at one address: this test no longer tests anything")
+	}
+	names := "flags"
+	var m JSONMemo
+	for i := range 8 {
+		// first true and 1 by turns under one name, then 1 under "fla" and "flag" by turns
+		v, name := vb, names[:4]
+		if i%2 == 1 || i >= 4 {
+			v = vi
+		}
+		if i >= 4 {
+			name = names[:3+i%2]
+		}
+		ev := Row{{Name: "source", Value: Row{{Name: name, Value: v}, {Name: "row", Value: int64(1000 + i)}}}}
+		want, _ := AppendJSON(nil, ev)
+		got, err := AppendJSONMemo(nil, ev, &m)
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("block %d: got %s (%v), want %s", i, got, err, want)
+		}
+	}
+}
+
+var (
+	memoTrue = true
+	memoOne  = int64(1)
+)
