@@ -28,7 +28,7 @@ vet:
 
 # Packages with concurrency also run under the race detector.
 race:
-	$(GO) test -race $(TEST_FLAGS) ./connect/... ./transforms/... ./wal/raft/
+	$(GO) test -race $(TEST_FLAGS) ./connect/... ./transforms/... ./wal/ ./wal/raft/
 
 test: setup vet
 	$(GO) test -p $(TEST_P) $(TEST_FLAGS) $(PKGS)

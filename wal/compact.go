@@ -73,7 +73,7 @@ func (p *partition) compact(ctx context.Context) (CompactionStats, error) {
 		p.mu.Unlock()
 		return st, nil
 	}
-	segs, hw, mark := p.segs, p.hw, p.hwMark()
+	segs, hw, mark, view := p.segs, p.hw, p.hwMark(), viewIndexes(p.segs)
 	now := p.l.now().UnixMilli()
 	lastBatch := make(map[int64]int64, len(p.producers))
 	for id, e := range p.producers {
@@ -116,7 +116,7 @@ func (p *partition) compact(ctx context.Context) (CompactionStats, error) {
 	for i := findSegment(segs, firstDirty); i < len(segs) && !full; i++ {
 		s := segs[i]
 		limit := readLimit(s, mark)
-		err := p.eachBatch(s, floorOffset(s.offIdx, s.base, firstDirty), limit, func(h *batchHeader, b []byte, _ int64) (bool, error) {
+		err := p.eachBatch(s, floorOffset(view.offsets(s), s.base, firstDirty), limit, func(h *batchHeader, b []byte, _ int64) (bool, error) {
 			if h.nextOffset() > hw {
 				return false, nil
 			}

@@ -67,10 +67,10 @@ func (p *partition) fetch(ctx context.Context, offset int64, opts FetchOptions, 
 			unpark = true
 			continue
 		}
-		segs, mark := p.segs, p.hwMark()
+		segs, mark, view := p.segs, p.hwMark(), viewIndexes(p.segs)
 		p.filesMu.RLock()
 		p.mu.Unlock()
-		err := readRecords(segs, mark, hw, maxBytes, res)
+		err := readRecords(segs, &view, mark, hw, maxBytes, res)
 		p.filesMu.RUnlock()
 		return err
 	}
@@ -105,11 +105,11 @@ func findSegment(segs []*segment, offset int64) int {
 // readRecords decodes committed records from offset on, reading windows of
 // up to maxBytes and moving on while batches emptied by compaction yield
 // nothing. Caller holds filesMu for reading.
-func readRecords(segs []*segment, mark hwMark, hw int64, maxBytes int, res *FetchResult) error {
+func readRecords(segs []*segment, view *indexView, mark hwMark, hw int64, maxBytes int, res *FetchResult) error {
 	for i := findSegment(segs, res.NextOffset); i < len(segs) && res.NextOffset < hw; i++ {
 		s := segs[i]
 		limit := readLimit(s, mark)
-		pos := floorOffset(s.offIdx, s.base, res.NextOffset)
+		pos := floorOffset(view.offsets(s), s.base, res.NextOffset)
 		for pos < limit {
 			n, err := readWindow(s, pos, limit, hw, maxBytes, res)
 			if err != nil || len(res.Records) > 0 {
@@ -205,17 +205,17 @@ func (p *partition) offsetForTime(ts int64) (int64, error) {
 		p.mu.Unlock()
 		return 0, ErrClosed
 	}
-	segs, hw, mark := p.segs, p.hw, p.hwMark()
+	segs, hw, mark, view := p.segs, p.hw, p.hwMark(), viewIndexes(p.segs)
 	p.filesMu.RLock()
 	p.mu.Unlock()
 	defer p.filesMu.RUnlock()
 	for _, s := range segs {
-		if s.maxTS < ts {
+		if view.maxTime(s) < ts {
 			continue
 		}
 		limit := readLimit(s, mark)
-		from := floorTime(s.timeIdx, s.base, ts)
-		pos := floorOffset(s.offIdx, s.base, from)
+		from := floorTime(view.times(s), s.base, ts)
+		pos := floorOffset(view.offsets(s), s.base, from)
 		r := newSegReader(s.f, limit, int(min(limit-pos, 1<<20)))
 		for pos < limit {
 			b, err := r.batchAt(pos)

@@ -51,6 +51,50 @@ func newSegmentState(base int64, path string, f vfs.File) *segment {
 	return &segment{base: base, path: path, f: f, next: base, maxTS: -1, runMaxTS: -1}
 }
 
+// indexView is the active segment's in-memory indexes as they were when it was taken, under
+// the partition's mu: appends grow them under mu, so a reader that goes on without mu (holding
+// filesMu for reading) reads them through the view. The other segments' indexes change only
+// under filesMu held for writing.
+type indexView struct {
+	active  *segment
+	offIdx  []offsetEntry
+	timeIdx []timeEntry
+	maxTS   int64
+}
+
+// viewIndexes takes the view of segs' active (last) segment. Caller holds mu.
+func viewIndexes(segs []*segment) indexView {
+	if len(segs) == 0 {
+		return indexView{}
+	}
+	a := segs[len(segs)-1]
+	return indexView{active: a, offIdx: a.offIdx, timeIdx: a.timeIdx, maxTS: a.maxTS}
+}
+
+// offsets returns s's offset index as the view saw it.
+func (v *indexView) offsets(s *segment) []offsetEntry {
+	if s == v.active {
+		return v.offIdx
+	}
+	return s.offIdx
+}
+
+// times returns s's time index as the view saw it.
+func (v *indexView) times(s *segment) []timeEntry {
+	if s == v.active {
+		return v.timeIdx
+	}
+	return s.timeIdx
+}
+
+// maxTime returns s's largest timestamp as the view saw it.
+func (v *indexView) maxTime(s *segment) int64 {
+	if s == v.active {
+		return v.maxTS
+	}
+	return s.maxTS
+}
+
 // noteBatch records a batch written at pos in the in-memory indexes.
 func (s *segment) noteBatch(h *batchHeader, pos int64, interval int32) {
 	if h.maxTimestamp > s.runMaxTS {
