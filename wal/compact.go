@@ -80,8 +80,8 @@ func (p *partition) compact(ctx context.Context) (CompactionStats, error) {
 		lastBatch[id] = e.last().firstOffset
 	}
 	firstDirty := max(p.cleanedTo, segs[0].base)
-	p.mu.Unlock()
-
+	// under mu: a replica's truncation may rescan a sealed segment that holds uncommitted
+	// entries
 	sealed := segs[:len(segs)-1]
 	var dirty, total int64
 	oldestDirty := int64(-1)
@@ -94,6 +94,7 @@ func (p *partition) compact(ctx context.Context) (CompactionStats, error) {
 			}
 		}
 	}
+	p.mu.Unlock()
 	ratio := 0.0
 	if total > 0 {
 		ratio = float64(dirty) / float64(total)
@@ -116,7 +117,10 @@ func (p *partition) compact(ctx context.Context) (CompactionStats, error) {
 	for i := findSegment(segs, firstDirty); i < len(segs) && !full; i++ {
 		s := segs[i]
 		limit := readLimit(s, mark)
-		err := p.eachBatch(s, floorOffset(view.offsets(s), s.base, firstDirty), limit, func(h *batchHeader, b []byte, _ int64) (bool, error) {
+		p.filesMu.RLock() // truncation rescans under filesMu held for writing
+		from := floorOffset(view.offsets(s), s.base, firstDirty)
+		p.filesMu.RUnlock()
+		err := p.eachBatch(s, from, limit, func(h *batchHeader, b []byte, _ int64) (bool, error) {
 			if h.nextOffset() > hw {
 				return false, nil
 			}

@@ -11,8 +11,8 @@ import (
 )
 
 // TestReadersWhileAppending: fetches and time lookups running while appends grow the active
-// segment's indexes (an index entry every batch) read every record once, in order, and find
-// the offset of every time. Run under the race detector (make race), it also checks that
+// segment's indexes (an index entry every batch) and roll segments read every record once, in
+// order, and find the offset of every time. Run under the race detector (make race), it also checks that
 // readers never read those indexes while an append writes them.
 func TestReadersWhileAppending(t *testing.T) {
 	fs := vfs.NewMem()
@@ -20,6 +20,7 @@ func TestReadersWhileAppending(t *testing.T) {
 	defer l.Close()
 	cfg := DefaultTopicConfig()
 	cfg.IndexIntervalBytes = 1
+	cfg.SegmentBytes = 1024 // segments roll while readers read
 	if err := l.CreateTopic("t", cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -67,5 +68,61 @@ func TestReadersWhileAppending(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestCompactionWhileAppending: compactions running while appends grow the active segment's
+// indexes (and roll segments) keep the newest record of every key, and under the race
+// detector never read the active segment's indexes while an append writes them.
+func TestCompactionWhileAppending(t *testing.T) {
+	fs := vfs.NewMem()
+	l := mustOpen(t, "/d", memOpts(fs, newClock()))
+	defer l.Close()
+	cfg := compactConfig()
+	cfg.IndexIntervalBytes = 1
+	cfg.MinCompactionLag = 0
+	if err := l.CreateTopic("t", cfg); err != nil {
+		t.Fatal(err)
+	}
+	const n, keys = 1500, 10
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := l.Compact(ctx); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	for i := range n {
+		rec := Record{Key: []byte(fmt.Sprintf("k%d", i%keys)), Value: []byte(fmt.Sprintf("v%d", i))}
+		if _, err := l.Append(ctx, "t", 0, []Record{rec}, AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("compact: %v", err)
+	}
+	if err := l.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	latest := map[string]string{}
+	for _, r := range readAllRecords(t, l, "t", 0) {
+		latest[string(r.Key)] = string(r.Value)
+	}
+	for k := range keys {
+		if got, want := latest[fmt.Sprintf("k%d", k)], fmt.Sprintf("v%d", n-keys+k); got != want {
+			t.Errorf("key k%d: newest value %q, want %q", k, got, want)
+		}
 	}
 }
