@@ -950,8 +950,8 @@ func (m *streamer) source(t *table, rowInEvent int) any {
 			return c.box
 		}
 	}
-	// cut from the batch's arena, as its records are: readBatch forgets the shared blocks when
-	// it starts a new batch, so none outlives the batch that holds it
+	// cut from the batch's arena, as its records are: newGeneration forgets the shared blocks
+	// when a new batch starts, so none outlives the batch that holds it
 	src := m.fields.take(srcFields)
 	copy(src, tx.src[:])
 	src[srcDB].Value = t.dbBox
