@@ -193,14 +193,9 @@ func checkExactlyOnce(t *testing.T, log runtime.Log, s datagen.Settings, n int64
 	got := map[runtime.TopicPartition][]want{}
 	for _, table := range s.Tables {
 		for _, lr := range readAll(t, log, s.Topic(table)) {
-			seq := int64(-1)
-			sub := 1
-			if ev, err := connect.ParseChangeEvent(lr.rec.Value); err == nil {
-				v, _ := ev.Source.Get("seq")
-				seq, _ = connect.AsInt64(v)
+			seq, sub := eventSeq(lr.rec), 1
+			if _, err := connect.ParseChangeEvent(lr.rec.Value); err == nil {
 				sub = 0
-			} else {
-				seq = lr.rec.Version - 1 // a tombstone carries its delete's version
 			}
 			// Records must equal what the generator makes for that event.
 			w := s.Records(seq)[sub]
@@ -236,6 +231,16 @@ func checkExactlyOnce(t *testing.T, log runtime.Log, s datagen.Settings, n int64
 			}
 		}
 	}
+}
+
+// eventSeq is the number of the datagen event that made a record.
+func eventSeq(r connect.Record) int64 {
+	if ev, err := connect.ParseChangeEvent(r.Value); err == nil {
+		v, _ := ev.Source.Get("seq")
+		seq, _ := connect.AsInt64(v)
+		return seq
+	}
+	return r.Version - 1 // a tombstone carries its delete's version
 }
 
 func at[T any](s []T, i int) any {

@@ -1,12 +1,16 @@
 package runtime_test
 
 import (
+	"encoding/json"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/sluice-cdc/sluice/connect/runtime"
 	"github.com/sluice-cdc/sluice/wal"
 	"github.com/sluice-cdc/sluice/wal/raft"
+	"github.com/sluice-cdc/sluice/wal/raft/linktest"
 	"github.com/sluice-cdc/sluice/wal/raft/rafttest"
 )
 
@@ -61,5 +65,91 @@ func TestPipelineIntoReplicatedLog(t *testing.T) {
 	h.start()
 	h.waitCommitted(events)
 	h.stop()
+	checkExactlyOnce(t, node, s, events)
+}
+
+// A pipeline into one replicated partition through network partitions. The source is
+// unthrottled, so that its appends are always in flight, pipelined as a task does on the
+// partition's leader (the next batch proposed once the last is placed). Again and again the
+// partition's leader is cut off from the two other nodes until they have elected a new one,
+// then healed, its links reset or stalled (delivering late what was sent): first the
+// runtime's own node, then the nodes the runtime forwards to. The task rides through the
+// leader changes. When the runtime stops, the log holds the events from the first on, each
+// once and in order, at least up to the committed source position. SLUICE_RUNTIME_PARTITIONS
+// sets the number of cuts (SLUICE_SOAK=1: ten times as many).
+func TestPipelineIntoReplicatedLogThroughPartitions(t *testing.T) {
+	cuts := 10
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_RUNTIME_PARTITIONS")); err == nil && v > 0 {
+		cuts = v
+	}
+	if os.Getenv("SLUICE_SOAK") == "1" {
+		cuts *= 10
+	}
+	logs, links := rafttest.ProxiedCluster(t, 3, 10*time.Millisecond)
+	cfg := datagenConfig(1<<40, 40, 200, "datagen.tables", "orders") // until stopped
+	s := settings(t, cfg)
+	topic := s.Topic("orders")
+	tcfg := wal.DefaultTopicConfig()
+	tcfg.Partitions = 1
+	if err := logs[0].CreateTopicReplicas(t.Context(), topic, tcfg, 3); err != nil {
+		t.Fatal(err)
+	}
+	// leader returns the node that leads the partition, but skip, or -1.
+	leader := func(skip int) int {
+		for i, l := range logs {
+			for _, tp := range l.Leads() {
+				if i != skip && tp.Topic == topic {
+					return i
+				}
+			}
+		}
+		return -1
+	}
+	waitFor(t, "a leader", func() bool { return leader(-1) >= 0 })
+	self := leader(-1)
+	node := logs[self]
+	h := newHarness(t, node, newRegistry(t), func(o *runtime.Options) { o.TopicDefaults.Partitions = 1 })
+	h.add("gen", "datagen", cfg)
+	h.start()
+	committed := func() int64 {
+		pos, err := h.rt.SourceOffset(t.Context(), "gen")
+		if err != nil || pos.IsZero() {
+			return 0
+		}
+		var st struct{ Next int64 }
+		if err := json.Unmarshal(pos.State, &st); err != nil {
+			t.Fatalf("source offset %s: %v", pos.State, err)
+		}
+		return st.Next
+	}
+	waitFor(t, "the first events to be committed", func() bool { return committed() > 0 })
+	for i := range cuts {
+		mode := linktest.Reset
+		if i%2 == 1 {
+			mode = linktest.Stall
+		}
+		var cut int
+		waitFor(t, "a leader", func() bool { cut = leader(-1); return cut >= 0 })
+		before := committed()
+		links.Isolate(uint64(cut+1), mode)
+		waitFor(t, "another node to lead", func() bool { return leader(cut) >= 0 })
+		time.Sleep(100 * time.Millisecond)
+		links.Isolate(uint64(cut+1), linktest.Up)
+		t.Logf("cut %d: leader %d cut off (the runtime's node: %v, stalled: %v); events committed: %d before",
+			i, cut+1, cut == self, mode == linktest.Stall, before)
+		waitFor(t, "the source to go on committing", func() bool { return committed() > before })
+	}
+	h.stop()
+	final := committed()
+	var events int64
+	for _, lr := range readAll(t, node, topic) {
+		if seq := eventSeq(lr.rec); seq >= events {
+			events = seq + 1
+		}
+	}
+	t.Logf("%d events in the log, %d committed", events, final)
+	if events < final {
+		t.Fatalf("the source position commits %d events, the log holds %d", final, events)
+	}
 	checkExactlyOnce(t, node, s, events)
 }

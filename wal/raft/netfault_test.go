@@ -3,132 +3,15 @@ package raft
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-cdc/sluice/wal"
+	"github.com/sluice-cdc/sluice/wal/raft/linktest"
 )
-
-// proxy forwards TCP connections to a target and can cut them: reset
-// (close every connection and refuse new ones) or stall (hold every byte,
-// as a partition without resets does: TCP then delivers it late).
-type proxy struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	cond  *sync.Cond
-	mode  int
-	conns map[net.Conn]bool
-	wg    sync.WaitGroup
-}
-
-const (
-	linkUp = iota
-	linkReset
-	linkStall
-)
-
-func newProxy(t testing.TB, target string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	p.cond = sync.NewCond(&p.mu)
-	p.wg.Add(1)
-	go p.accept()
-	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.mode == linkReset {
-			p.mu.Unlock()
-			in.Close()
-			continue
-		}
-		p.mu.Unlock()
-		out, err := net.DialTimeout("tcp", p.target, time.Second)
-		if err != nil {
-			in.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[in], p.conns[out] = true, true
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(in, out)
-		go p.pipe(out, in)
-	}
-}
-
-func (p *proxy) pipe(src, dst net.Conn) {
-	defer p.wg.Done()
-	defer func() {
-		src.Close()
-		dst.Close()
-		p.mu.Lock()
-		delete(p.conns, src)
-		delete(p.conns, dst)
-		p.mu.Unlock()
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			for p.mode == linkStall {
-				p.cond.Wait()
-			}
-			reset := p.mode == linkReset
-			p.mu.Unlock()
-			if reset {
-				return
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if err != io.EOF {
-				return
-			}
-			return
-		}
-	}
-}
-
-func (p *proxy) set(mode int) {
-	p.mu.Lock()
-	p.mode = mode
-	if mode == linkReset {
-		for c := range p.conns {
-			c.Close()
-		}
-	}
-	p.cond.Broadcast()
-	p.mu.Unlock()
-}
-
-func (p *proxy) close() {
-	p.set(linkReset)
-	p.ln.Close()
-	p.wg.Wait()
-}
 
 // TestNetworkFaults runs three in-process nodes whose connections go
 // through proxies, with writers and readers going through the nodes'
@@ -138,19 +21,14 @@ func (p *proxy) close() {
 func TestNetworkFaults(t *testing.T) {
 	addrs := freeAddrs(t, 3)
 	nodes := testNodes(addrs)
-	proxies := map[[2]uint64]*proxy{} // (dialer, listener)
+	proxies := map[[2]uint64]*linktest.Proxy{} // (dialer, listener)
 	for _, a := range nodes {
 		for _, b := range nodes {
 			if a.ID < b.ID {
-				proxies[[2]uint64{a.ID, b.ID}] = newProxy(t, b.Addr)
+				proxies[[2]uint64{a.ID, b.ID}] = linktest.New(t, b.Addr)
 			}
 		}
 	}
-	defer func() {
-		for _, p := range proxies {
-			p.close()
-		}
-	}()
 	dir := t.TempDir()
 	var ns []*testNode
 	for _, self := range nodes {
@@ -158,7 +36,7 @@ func TestNetworkFaults(t *testing.T) {
 		for _, n := range nodes {
 			addr := n.Addr
 			if self.ID < n.ID {
-				addr = proxies[[2]uint64{self.ID, n.ID}].addr()
+				addr = proxies[[2]uint64{self.ID, n.ID}].Addr()
 			}
 			view = append(view, Node{ID: n.ID, Addr: addr})
 		}
@@ -173,11 +51,11 @@ func TestNetworkFaults(t *testing.T) {
 		}
 	}()
 	byID := func(id uint64) *testNode { return ns[id-1] }
-	link := func(a, b uint64, mode int) {
+	link := func(a, b uint64, mode linktest.Mode) {
 		if a > b {
 			a, b = b, a
 		}
-		proxies[[2]uint64{a, b}].set(mode)
+		proxies[[2]uint64{a, b}].Set(mode)
 	}
 	status := func(_ context.Context, id uint64) []PartitionStatus { return byID(id).l.Partitions() }
 	leaderOf := func(part int32) uint64 {
@@ -247,10 +125,10 @@ func TestNetworkFaults(t *testing.T) {
 		var cut [][2]uint64
 		switch i % 3 {
 		case 0, 1:
-			mode := linkReset
+			mode := linktest.Reset
 			what = "isolated leader %d (reset)"
 			if i%3 == 1 {
-				mode, what = linkStall, "isolated leader %d (stall)"
+				mode, what = linktest.Stall, "isolated leader %d (stall)"
 			}
 			for _, n := range nodes {
 				if n.ID != ld {
@@ -262,14 +140,14 @@ func TestNetworkFaults(t *testing.T) {
 		case 2:
 			a := nodes[rand.IntN(3)].ID
 			b := a%3 + 1
-			link(a, b, linkReset)
+			link(a, b, linktest.Reset)
 			cut = append(cut, [2]uint64{a, b})
 			what = fmt.Sprintf("cut link %d-%d", a, b)
 		}
 		pause(1500*time.Millisecond, 2500*time.Millisecond)
 		during := w.acks.Load() - before
 		for _, c := range cut {
-			link(c[0], c[1], linkUp)
+			link(c[0], c[1], linktest.Up)
 		}
 		t.Logf("iteration %d: %s; %d appends acknowledged meanwhile", i, what, during)
 	}
