@@ -95,9 +95,15 @@ func (h *harness) stop() {
 // waitCommitted waits until the datagen connector gen has committed its first events events.
 func (h *harness) waitCommitted(events int64) {
 	h.t.Helper()
+	h.waitCommittedBy("gen", events)
+}
+
+// waitCommittedBy waits until the datagen connector name has committed its first events events.
+func (h *harness) waitCommittedBy(name string, events int64) {
+	h.t.Helper()
 	want := fmt.Sprintf(`{"v":1,"next":%d}`, events)
-	waitFor(h.t, "every event to be committed", func() bool {
-		pos, err := h.rt.SourceOffset(h.t.Context(), "gen")
+	waitFor(h.t, "every event of "+name+" to be committed", func() bool {
+		pos, err := h.rt.SourceOffset(h.t.Context(), name)
 		return err == nil && string(pos.State) == want
 	})
 }

@@ -18,18 +18,24 @@ import (
 // single node: every event lands once, in order per partition, and the last position commits.
 // The runtime runs on a node that leads some of the topics' partitions: it appends to those on
 // its own node (placed once proposed, the next batch following at once) and through it to the
-// leaders of the others.
+// leaders of the others. A second runtime, on another node, runs a pipeline of its own at the
+// same time, into topics of its own: the two share the cluster's internal topics (producer
+// ids, source offsets).
 func TestPipelineIntoReplicatedLog(t *testing.T) {
 	const events = 6000
 	logs := rafttest.Cluster(t, 3, 10*time.Millisecond)
 	cfg := datagenConfig(events, 40, 100)
 	s := settings(t, cfg)
+	cfg2 := datagenConfig(events, 40, 100, "topic.prefix", "other", "datagen.seed", "2")
+	s2 := settings(t, cfg2)
 	tcfg := wal.DefaultTopicConfig()
 	tcfg.Partitions = 3
 	want := map[string]bool{}
 	for _, table := range s.Tables {
-		if err := logs[0].CreateTopicReplicas(t.Context(), s.Topic(table), tcfg, 3); err != nil {
-			t.Fatal(err)
+		for _, topic := range []string{s.Topic(table), s2.Topic(table)} {
+			if err := logs[0].CreateTopicReplicas(t.Context(), topic, tcfg, 3); err != nil {
+				t.Fatal(err)
+			}
 		}
 		want[s.Topic(table)] = true
 	}
@@ -62,10 +68,20 @@ func TestPipelineIntoReplicatedLog(t *testing.T) {
 	}
 	h := newHarness(t, node, newRegistry(t), func(o *runtime.Options) { o.TopicDefaults.Partitions = 3 })
 	h.add("gen", "datagen", cfg)
+	other := logs[0]
+	if other == node {
+		other = logs[1]
+	}
+	h2 := newHarness(t, other, newRegistry(t), func(o *runtime.Options) { o.TopicDefaults.Partitions = 3 })
+	h2.add("other", "datagen", cfg2)
 	h.start()
-	h.waitCommitted(events)
+	h2.start()
+	h.waitCommittedBy("gen", events)
+	h2.waitCommittedBy("other", events)
 	h.stop()
+	h2.stop()
 	checkExactlyOnce(t, node, s, events)
+	checkExactlyOnce(t, node, s2, events)
 }
 
 // A pipeline into one replicated partition through network partitions. The source is
