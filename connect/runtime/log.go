@@ -26,7 +26,8 @@ type Log interface {
 	// fencing every older epoch (wal.ErrProducerFenced).
 	InitProducer(ctx context.Context, transactionalID string) (int64, int16, error)
 	// ProducerState returns what a partition knows of a producer, including the source
-	// position of its last batch; ok is false if it never appended there.
+	// position of its last batch; ok is false if it never appended there. A log that may
+	// fail to tell (a replicated log) also has ProducerStateContext, which the runtime uses.
 	ProducerState(topic string, partition int32, producerID int64) (wal.ProducerState, bool)
 	// Fetch returns committed records from offset on, waiting up to opts.MaxWait at the high
 	// watermark; an offset outside the partition is a *wal.OffsetOutOfRangeError.
@@ -75,6 +76,22 @@ func bounds(ctx context.Context, log Log, topic string, partition int32) (start,
 		return 0, 0, err
 	}
 	return start, end, nil
+}
+
+// producerStateLog is a log whose producer state can be asked for with a context and whose
+// failure to answer is an error: a replicated log asks the partition's leader.
+type producerStateLog interface {
+	ProducerStateContext(ctx context.Context, topic string, partition int32, producerID int64) (wal.ProducerState, bool, error)
+}
+
+// producerState returns what a partition knows of a producer; ok is false only when the
+// producer never appended there, a log that could not tell returns an error.
+func producerState(ctx context.Context, log Log, topic string, partition int32, producerID int64) (wal.ProducerState, bool, error) {
+	if pl, ok := log.(producerStateLog); ok {
+		return pl.ProducerStateContext(ctx, topic, partition, producerID)
+	}
+	st, ok := log.ProducerState(topic, partition, producerID)
+	return st, ok, nil
 }
 
 // partitionCount returns a topic's partition count; wal.ErrUnknownTopic if it does not exist.

@@ -55,8 +55,9 @@ func committedPosition(ctx context.Context, log Log, connector string, prod *pro
 	}
 	tp := TopicPartition{Topic: SourceOffsetsTopic, Partition: wal.Partition([]byte(connector), n)}
 	if prod != nil {
-		st, ok := log.ProducerState(tp.Topic, tp.Partition, prod.id)
-		if ok && len(st.SourcePosition) > 0 {
+		// a log that could not tell: the scan below answers, or fails
+		st, ok, err := producerState(ctx, log, tp.Topic, tp.Partition, prod.id)
+		if err == nil && ok && len(st.SourcePosition) > 0 {
 			if err := pos.UnmarshalBinary(st.SourcePosition); err != nil {
 				return pos, connect.Permanentf("committed position of %s in %s: %w", connector, SourceOffsetsTopic, err)
 			}

@@ -111,10 +111,15 @@ func (p *producer) append(ctx context.Context, tp TopicPartition, recs []LogReco
 }
 
 // lastPosition returns the source position stored with this producer's last batch in tp
-// (the zero Position when it never wrote there).
-func (p *producer) lastPosition(tp TopicPartition) (connect.Position, error) {
-	st, ok := p.log.ProducerState(tp.Topic, tp.Partition, p.id)
+// (the zero Position when it never wrote there). A log that cannot tell (a replicated log
+// whose partition leader did not answer) is an error, never "it never wrote there": the
+// records of a replay would be appended again.
+func (p *producer) lastPosition(ctx context.Context, tp TopicPartition) (connect.Position, error) {
 	var pos connect.Position
+	st, ok, err := producerState(ctx, p.log, tp.Topic, tp.Partition, p.id)
+	if err != nil {
+		return pos, fmt.Errorf("last source position in %s-%d: %w", tp.Topic, tp.Partition, err)
+	}
 	if !ok || len(st.SourcePosition) == 0 {
 		return pos, nil
 	}

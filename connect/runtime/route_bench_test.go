@@ -58,7 +58,7 @@ func BenchmarkSourceRoute(b *testing.B) {
 			t.lastFloor = nil
 		}
 		sb.reset()
-		if err := t.route(batch, sb); err != nil {
+		if err := t.route(b.Context(), batch, sb); err != nil {
 			b.Fatal(err)
 		}
 	}

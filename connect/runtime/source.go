@@ -232,7 +232,7 @@ func (t *sourceTask) routeLoop(ctx context.Context, free <-chan *sourceBatch, in
 			return nil
 		}
 		b.reset()
-		if err := t.route(batch, b); err != nil {
+		if err := t.route(ctx, batch, b); err != nil {
 			return err
 		}
 		if batch.Release != nil {
@@ -249,7 +249,7 @@ func (t *sourceTask) routeLoop(ctx context.Context, free <-chan *sourceBatch, in
 
 // route transforms the records of batch and sorts them into b's per-partition appends,
 // dropping replayed ones.
-func (t *sourceTask) route(batch connect.Batch, b *sourceBatch) error {
+func (t *sourceTask) route(ctx context.Context, batch connect.Batch, b *sourceBatch) error {
 	b.pos = batch.Position
 	// The batch's records stay alive and unmodified while it is routed (Source.Read, Transform),
 	// so a Row they share, such as a source block, is rendered once per batch; the memo lets go
@@ -264,7 +264,7 @@ func (t *sourceTask) route(batch connect.Batch, b *sourceBatch) error {
 			var err error
 			out, keep, err = ch.Apply(*in)
 			if err != nil {
-				if err := t.reject(b, in, stageTransformation, transformsClass(t.c.Config), err); err != nil {
+				if err := t.reject(ctx, b, in, stageTransformation, transformsClass(t.c.Config), err); err != nil {
 					return err
 				}
 				continue
@@ -274,7 +274,7 @@ func (t *sourceTask) route(batch connect.Batch, b *sourceBatch) error {
 		if !keep {
 			continue
 		}
-		if err := t.add(b, &out); err != nil {
+		if err := t.add(ctx, b, &out); err != nil {
 			return err
 		}
 	}
@@ -287,9 +287,9 @@ func (t *sourceTask) route(batch connect.Batch, b *sourceBatch) error {
 }
 
 // add encodes one record into its partition's append, unless the log already holds it.
-func (t *sourceTask) add(b *sourceBatch, r *connect.Record) error {
+func (t *sourceTask) add(ctx context.Context, b *sourceBatch, r *connect.Record) error {
 	if r.Topic == "" {
-		return t.reject(b, r, stageProduce, t.c.Plugin.Class(), errors.New("record has no topic"))
+		return t.reject(ctx, b, r, stageProduce, t.c.Plugin.Class(), errors.New("record has no topic"))
 	}
 	if r.Topic != t.lastTopic {
 		// the runtime keeps topic names (maps, floors) past the batch, whose memory the
@@ -316,12 +316,12 @@ func (t *sourceTask) add(b *sourceBatch, r *connect.Record) error {
 	n := t.lastParts
 	key, err := b.arena.encodeKey(r.Key, &t.memo)
 	if err != nil {
-		return t.reject(b, r, stageKeyConverter, t.c.Plugin.Class(), err)
+		return t.reject(ctx, b, r, stageKeyConverter, t.c.Plugin.Class(), err)
 	}
 	part := r.Partition
 	switch {
 	case part >= n:
-		return t.reject(b, r, stageProduce, t.c.Plugin.Class(), fmt.Errorf("partition %d does not exist: topic %s has %d", part, r.Topic, n))
+		return t.reject(ctx, b, r, stageProduce, t.c.Plugin.Class(), fmt.Errorf("partition %d does not exist: topic %s has %d", part, r.Topic, n))
 	case part >= 0:
 	case key == nil:
 		part = 0
@@ -329,12 +329,12 @@ func (t *sourceTask) add(b *sourceBatch, r *connect.Record) error {
 		part = wal.Partition(key, n)
 	}
 	tp := TopicPartition{Topic: topic, Partition: part}
-	if drop, err := t.replayed(tp, r.Position.Order); err != nil || drop {
+	if drop, err := t.replayed(ctx, tp, r.Position.Order); err != nil || drop {
 		return err
 	}
 	value, err := b.arena.encodeValue(r.Value, &t.memo)
 	if err != nil {
-		return t.reject(b, r, stageValueConverter, t.c.Plugin.Class(), err)
+		return t.reject(ctx, b, r, stageValueConverter, t.c.Plugin.Class(), err)
 	}
 	var hs []LogHeader
 	b.headers, hs = b.arena.encodeHeaders(b.headers, r)
@@ -352,14 +352,14 @@ type floorOrder struct{ order []byte }
 
 // replayed reports whether a record with this Order bound for tp is already in the log, and
 // otherwise raises tp's floor to it.
-func (t *sourceTask) replayed(tp TopicPartition, order []byte) (bool, error) {
+func (t *sourceTask) replayed(ctx context.Context, tp TopicPartition, order []byte) (bool, error) {
 	if len(order) == 0 {
 		return false, nil
 	}
 	f := t.lastFloor
 	if f == nil || tp != t.lastFloorTP {
 		if f = t.floor[tp]; f == nil {
-			pos, err := t.prod.lastPosition(tp)
+			pos, err := t.prod.lastPosition(ctx, tp)
 			if err != nil {
 				return false, err
 			}
@@ -383,7 +383,7 @@ func (t *sourceTask) replayed(tp TopicPartition, order []byte) (bool, error) {
 
 // reject applies errors.tolerance to a record; under "all" with a dead-letter topic the
 // record goes there like any other record (so it, too, is appended exactly once).
-func (t *sourceTask) reject(b *sourceBatch, r *connect.Record, stage, class string, cause error) error {
+func (t *sourceTask) reject(ctx context.Context, b *sourceBatch, r *connect.Record, stage, class string, cause error) error {
 	rj := &rejection{stage: stage, class: class, err: cause, topic: r.Topic, partition: r.Partition, offset: -1, timestamp: r.Timestamp}
 	rj.key, _ = connect.AppendJSON(nil, r.Key)
 	if r.Key == nil {
@@ -403,7 +403,7 @@ func (t *sourceTask) reject(b *sourceBatch, r *connect.Record, stage, class stri
 		return err
 	}
 	tp := TopicPartition{Topic: t.policy.dlqTopic, Partition: 0}
-	if drop, err := t.replayed(tp, r.Position.Order); err != nil || drop {
+	if drop, err := t.replayed(ctx, tp, r.Position.Order); err != nil || drop {
 		return err
 	}
 	p := b.part(tp)

@@ -285,3 +285,70 @@ func TestSourceTopicsOfDifferentPartitionCounts(t *testing.T) {
 	}
 	checkExactlyOnce(t, log, s, events)
 }
+
+// stateFailingLog is a log that sometimes cannot tell a producer's state, as a replicated log
+// whose partition leader does not answer: ProducerStateContext then fails, and ProducerState
+// (as the replicated log's does) says "never appended".
+type stateFailingLog struct {
+	*runtimetest.Log
+	fail func() bool
+}
+
+func (l stateFailingLog) ProducerStateContext(_ context.Context, topic string, part int32, id int64) (wal.ProducerState, bool, error) {
+	if l.fail() {
+		return wal.ProducerState{}, false, errors.New("injected: no leader answered")
+	}
+	st, ok := l.Log.ProducerState(topic, part, id)
+	return st, ok, nil
+}
+
+func (l stateFailingLog) ProducerState(topic string, part int32, id int64) (wal.ProducerState, bool) {
+	if l.fail() {
+		return wal.ProducerState{}, false
+	}
+	return l.Log.ProducerState(topic, part, id)
+}
+
+// A restarted task whose log cannot tell it where its last batch in a partition ended fails
+// again (and restarts), rather than taking the partition for one it never wrote: the records
+// it replays there would land twice.
+func TestSourceExactlyOnceWhenProducerStateFails(t *testing.T) {
+	const events = 3000
+	mem := runtimetest.NewLog()
+	rng := rand.New(rand.NewPCG(3, 4))
+	var mu sync.Mutex
+	var crashes, unanswered int
+	mem.Hooks.AfterAppend = func(topic string, _ int32, _ []runtime.LogRecord) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if topic != runtime.SourceOffsetsTopic && rng.IntN(20) == 0 {
+			crashes++
+			return errors.New("injected: crashed after the append was durable")
+		}
+		return nil
+	}
+	log := stateFailingLog{Log: mem, fail: func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if rng.IntN(10) == 0 {
+			unanswered++
+			return true
+		}
+		return false
+	}}
+	h := newHarness(t, log, newRegistry(t), func(o *runtime.Options) { o.TopicDefaults.Partitions = 4 })
+	cfg := datagenConfig(events, 30, 50, "errors.retry.delay.max.ms", "20")
+	h.add("gen", "datagen", cfg)
+	h.start()
+	s := settings(t, cfg)
+	h.waitCommitted(events)
+	h.stop()
+	checkExactlyOnce(t, log, s, events)
+	st, _ := h.rt.Status("gen")
+	mu.Lock()
+	defer mu.Unlock()
+	if st.Tasks[0].Replayed == 0 || unanswered == 0 {
+		t.Fatalf("status %+v, %d unanswered producer states: the crashes (%d) should have caused replays", st.Tasks[0], unanswered, crashes)
+	}
+	t.Logf("%d crashes, %d unanswered producer states, %d restarts, %d replayed records dropped", crashes, unanswered, st.Tasks[0].Restarts, st.Tasks[0].Replayed)
+}

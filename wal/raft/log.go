@@ -310,7 +310,7 @@ func (l *Log) topicCtx(ctx context.Context, name string) (*topicMeta, error) {
 		e := enc{}
 		putTimeout(&e, ctx)
 		e.str(name)
-		body, err := l.tr.call(ctx, node, opTopicMeta, e.b)
+		body, err := l.query(ctx, node, opTopicMeta, e.b)
 		if err != nil {
 			return err
 		}
@@ -337,6 +337,16 @@ func (l *Log) partition(ctx context.Context, name string, part int32) (*topicMet
 		return nil, fmt.Errorf("%s-%d (topic has %d): %w", name, part, len(tm.replicas), wal.ErrUnknownPartition)
 	}
 	return tm, nil
+}
+
+// query is a call that only reads: its answer, lost with its connection,
+// is asked for again (route retries an unreachable node's call).
+func (l *Log) query(ctx context.Context, node uint64, op uint8, body []byte) ([]byte, error) {
+	b, err := l.tr.call(ctx, node, op, body)
+	if errors.Is(err, errConnLost) && ctx.Err() == nil {
+		return nil, fmt.Errorf("%w: %w", err, errUnreachable)
+	}
+	return b, err
 }
 
 // route runs a call at the partition's leader: here (local) if this node
@@ -540,7 +550,7 @@ func (l *Log) Fetch(ctx context.Context, topic string, part int32, offset int64,
 		e.i64(offset)
 		e.u32(uint32(opts.MaxBytes))
 		e.u32(uint32(opts.MaxWait.Milliseconds()))
-		body, err := l.tr.call(ctx, node, opFetch, e.b)
+		body, err := l.query(ctx, node, opFetch, e.b)
 		if err != nil {
 			return err
 		}
@@ -587,7 +597,7 @@ func (l *Log) offsets(ctx context.Context, topic string, part int32) (int64, int
 		putTimeout(&e, ctx)
 		e.str(topic)
 		e.u32(uint32(part))
-		body, err := l.tr.call(ctx, node, opOffsets, e.b)
+		body, err := l.query(ctx, node, opOffsets, e.b)
 		if err != nil {
 			return err
 		}
@@ -663,7 +673,7 @@ func (l *Log) ProducerStateContext(ctx context.Context, topic string, part int32
 		e.str(topic)
 		e.u32(uint32(part))
 		e.i64(producerID)
-		body, err := l.tr.call(ctx, node, opProducerState, e.b)
+		body, err := l.query(ctx, node, opProducerState, e.b)
 		if err != nil {
 			return err
 		}
@@ -796,7 +806,7 @@ func (l *Log) FetchOffsets(grp string) (map[wal.TopicPartition]int64, error) {
 		e := enc{}
 		putTimeout(&e, ctx)
 		e.str(grp)
-		body, err := l.tr.call(ctx, node, opFetchOffsets, e.b)
+		body, err := l.query(ctx, node, opFetchOffsets, e.b)
 		if err != nil {
 			return err
 		}
