@@ -87,15 +87,16 @@ func TestPipelineIntoReplicatedLog(t *testing.T) {
 // A pipeline into one replicated partition through network partitions. The source is
 // unthrottled, so that its appends are always in flight, pipelined as a task does on the
 // partition's leader (the next batch proposed once the last is placed). Again and again the
-// partition's leader is cut off from the two other nodes until they have elected a new one,
-// then healed, its links reset or stalled (delivering late what was sent): first the
-// runtime's own node, then the nodes the runtime forwards to. The task rides through the
-// leader changes. When the runtime stops, the log holds the events from the first on, each
-// once and in order, at least up to the committed source position. SLUICE_RUNTIME_PARTITIONS
-// sets the number of cuts (SLUICE_SOAK=1: ten times as many).
+// partition's leader is cut off from the two other nodes until they have elected a new one
+// and it has stepped down, then healed, its links reset or stalled (delivering late what was
+// sent): the runtime's own node first, then whichever node leads. The task rides through the
+// leader changes (restarting when an append fails). When the runtime stops, the log holds the
+// events from the first on, each once and in order, at least up to the committed source
+// position. SLUICE_RUNTIME_NETFAULT_ITERATIONS sets the number of cuts (SLUICE_SOAK=1: ten
+// times as many).
 func TestPipelineIntoReplicatedLogThroughPartitions(t *testing.T) {
 	cuts := 10
-	if v, err := strconv.Atoi(os.Getenv("SLUICE_RUNTIME_PARTITIONS")); err == nil && v > 0 {
+	if v, err := strconv.Atoi(os.Getenv("SLUICE_RUNTIME_NETFAULT_ITERATIONS")); err == nil && v > 0 {
 		cuts = v
 	}
 	if os.Getenv("SLUICE_SOAK") == "1" {
@@ -110,60 +111,90 @@ func TestPipelineIntoReplicatedLogThroughPartitions(t *testing.T) {
 	if err := logs[0].CreateTopicReplicas(t.Context(), topic, tcfg, 3); err != nil {
 		t.Fatal(err)
 	}
-	// leader returns the node that leads the partition, but skip, or -1.
-	leader := func(skip int) int {
+	// leader returns the node that serves the partition in the newest term, or -1; leads
+	// whether node i takes itself for its leader.
+	leader := func() int {
+		best, term := -1, uint64(0)
 		for i, l := range logs {
-			for _, tp := range l.Leads() {
-				if i != skip && tp.Topic == topic {
-					return i
+			for _, st := range l.Partitions() {
+				if st.Topic == topic && st.Serving && st.Term > term {
+					best, term = i, st.Term
 				}
 			}
 		}
-		return -1
+		return best
 	}
-	waitFor(t, "a leader", func() bool { return leader(-1) >= 0 })
-	self := leader(-1)
+	leads := func(i int) bool {
+		for _, tp := range logs[i].Leads() {
+			if tp.Topic == topic {
+				return true
+			}
+		}
+		return false
+	}
+	var self int
+	waitFor(t, "a leader", func() bool { self = leader(); return self >= 0 })
 	node := logs[self]
 	h := newHarness(t, node, newRegistry(t), func(o *runtime.Options) { o.TopicDefaults.Partitions = 1 })
 	h.add("gen", "datagen", cfg)
 	h.start()
-	committed := func() int64 {
+	committed := func() (int64, error) {
 		pos, err := h.rt.SourceOffset(t.Context(), "gen")
 		if err != nil || pos.IsZero() {
-			return 0
+			return 0, err
 		}
 		var st struct{ Next int64 }
 		if err := json.Unmarshal(pos.State, &st); err != nil {
 			t.Fatalf("source offset %s: %v", pos.State, err)
 		}
-		return st.Next
+		return st.Next, nil
 	}
-	waitFor(t, "the first events to be committed", func() bool { return committed() > 0 })
+	var before int64
+	waitFor(t, "the first events to be committed", func() bool {
+		n, err := committed()
+		before = n
+		return err == nil && n > 0
+	})
 	for i := range cuts {
 		mode := linktest.Reset
 		if i%2 == 1 {
 			mode = linktest.Stall
 		}
-		var cut int
-		waitFor(t, "a leader", func() bool { cut = leader(-1); return cut >= 0 })
-		before := committed()
+		cut := self
+		if i > 0 {
+			waitFor(t, "a leader", func() bool { cut = leader(); return cut >= 0 })
+		}
 		links.Isolate(uint64(cut+1), mode)
-		waitFor(t, "another node to lead", func() bool { return leader(cut) >= 0 })
-		time.Sleep(100 * time.Millisecond)
+		waitFor(t, "another node to lead, and the cut one to step down", func() bool {
+			l := leader()
+			return l >= 0 && l != cut && !leads(cut)
+		})
 		links.Isolate(uint64(cut+1), linktest.Up)
 		t.Logf("cut %d: leader %d cut off (the runtime's node: %v, stalled: %v); events committed: %d before",
 			i, cut+1, cut == self, mode == linktest.Stall, before)
-		waitFor(t, "the source to go on committing", func() bool { return committed() > before })
+		waitFor(t, "the source to go on committing", func() bool {
+			n, err := committed()
+			if err != nil || n <= before {
+				return false
+			}
+			before = n
+			return true
+		})
 	}
 	h.stop()
-	final := committed()
+	final, err := committed()
+	if err != nil {
+		t.Fatalf("committed source position: %v", err)
+	}
 	var events int64
 	for _, lr := range readAll(t, node, topic) {
 		if seq := eventSeq(lr.rec); seq >= events {
 			events = seq + 1
 		}
 	}
-	t.Logf("%d events in the log, %d committed", events, final)
+	st, _ := h.rt.Status("gen")
+	t.Logf("%d events in the log, %d committed; the task restarted %d times, dropped %d replayed records",
+		events, final, st.Tasks[0].Restarts, st.Tasks[0].Replayed)
 	if events < final {
 		t.Fatalf("the source position commits %d events, the log holds %d", final, events)
 	}

@@ -19,7 +19,7 @@ import (
 // stalling its links) or cuts single links, then heals. No acknowledged
 // write may be lost, and no two nodes may accept writes in the same term.
 func TestNetworkFaults(t *testing.T) {
-	addrs := freeAddrs(t, 3)
+	addrs, release := linktest.Reserve(t, 3)
 	nodes := testNodes(addrs)
 	proxies := map[[2]uint64]*linktest.Proxy{} // (dialer, listener)
 	for _, a := range nodes {
@@ -29,6 +29,7 @@ func TestNetworkFaults(t *testing.T) {
 			}
 		}
 	}
+	release() // only now: a proxy cannot have taken a node's port
 	dir := t.TempDir()
 	var ns []*testNode
 	for _, self := range nodes {

@@ -22,6 +22,26 @@ const (
 	Stall
 )
 
+// Reserve returns n free loopback addresses, held until release is called: proxies made
+// meanwhile cannot take one of them, as they could once the addresses were let go.
+func Reserve(t testing.TB, n int) (addrs []string, release func()) {
+	t.Helper()
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs, func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+}
+
 // Proxy forwards the TCP connections it accepts to a target.
 type Proxy struct {
 	ln     net.Listener

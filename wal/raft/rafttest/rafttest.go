@@ -5,7 +5,6 @@ package rafttest
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -19,7 +18,8 @@ import (
 // a node's Run returned fails t). The nodes are returned in the order of their ids (1 to n).
 func Cluster(t testing.TB, n int, tick time.Duration) []*raft.Log {
 	t.Helper()
-	nodes := freeNodes(t, n)
+	nodes, release := freeNodes(t, n)
+	release()
 	return start(t, nodes, tick, func(self uint64) []raft.Node { return nodes })
 }
 
@@ -49,7 +49,7 @@ func (l *Links) Isolate(id uint64, m linktest.Mode) {
 // test cuts and heals.
 func ProxiedCluster(t testing.TB, n int, tick time.Duration) ([]*raft.Log, *Links) {
 	t.Helper()
-	nodes := freeNodes(t, n)
+	nodes, release := freeNodes(t, n)
 	links := &Links{proxies: map[[2]uint64]*linktest.Proxy{}}
 	for _, a := range nodes {
 		links.ids = append(links.ids, a.ID)
@@ -59,6 +59,7 @@ func ProxiedCluster(t testing.TB, n int, tick time.Duration) ([]*raft.Log, *Link
 			}
 		}
 	}
+	release() // only now: a proxy cannot have taken a node's port
 	logs := start(t, nodes, tick, func(self uint64) []raft.Node {
 		var view []raft.Node
 		for _, nd := range nodes {
@@ -72,23 +73,15 @@ func ProxiedCluster(t testing.TB, n int, tick time.Duration) ([]*raft.Log, *Link
 	return logs, links
 }
 
-// freeNodes returns n nodes (ids 1 to n) on free loopback ports.
-func freeNodes(t testing.TB, n int) []raft.Node {
+// freeNodes returns n nodes (ids 1 to n) on free loopback ports, held until release.
+func freeNodes(t testing.TB, n int) ([]raft.Node, func()) {
 	t.Helper()
-	var lns []net.Listener
+	addrs, release := linktest.Reserve(t, n)
 	var nodes []raft.Node
-	for i := range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		nodes = append(nodes, raft.Node{ID: uint64(i + 1), Addr: ln.Addr().String()})
+	for i, a := range addrs {
+		nodes = append(nodes, raft.Node{ID: uint64(i + 1), Addr: a})
 	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return nodes
+	return nodes, release
 }
 
 // start opens and runs the nodes, each seeing the cluster as view(its id) says and listening
