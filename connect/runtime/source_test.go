@@ -352,3 +352,55 @@ func TestSourceExactlyOnceWhenProducerStateFails(t *testing.T) {
 	}
 	t.Logf("%d crashes, %d unanswered producer states, %d restarts, %d replayed records dropped", crashes, unanswered, st.Tasks[0].Restarts, st.Tasks[0].Replayed)
 }
+
+// placedLossLog is a log that sometimes loses a batch after it placed it (reported Written):
+// as a replicated log whose leader proposed it and then lost its leadership before it
+// committed. The batch is not stored; the producer's next batch then finds a gap.
+type placedLossLog struct {
+	*runtimetest.Log
+	lose func(topic string) bool
+}
+
+func (l placedLossLog) Append(ctx context.Context, topic string, part int32, recs []wal.Record, opts wal.AppendOptions) (wal.AppendResult, error) {
+	if opts.Written != nil && l.lose(topic) {
+		opts.Written()
+		return wal.AppendResult{}, errors.New("injected: placed, then lost with the leadership")
+	}
+	return l.Log.Append(ctx, topic, part, recs, opts)
+}
+
+// A batch the log placed, then lost, fails its append even though the task already sent the
+// next one: the task restarts from the position committed before it, and the log ends with
+// every record once. The source is throttled, so that the position of the lost batch would
+// be committed before the next batch finds the gap, were the failure not seen.
+func TestSourceExactlyOnceWhenAPlacedAppendIsLost(t *testing.T) {
+	const events = 2000
+	mem := runtimetest.NewLog()
+	rng := rand.New(rand.NewPCG(5, 6))
+	var mu sync.Mutex
+	lost := 0
+	log := placedLossLog{Log: mem, lose: func(topic string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if topic != runtime.SourceOffsetsTopic && rng.IntN(10) == 0 {
+			lost++
+			return true
+		}
+		return false
+	}}
+	h := newHarness(t, log, newRegistry(t), func(o *runtime.Options) { o.TopicDefaults.Partitions = 1 })
+	cfg := datagenConfig(events, 30, 20, "datagen.tables", "orders", "datagen.rate", "4000", "errors.retry.delay.max.ms", "20")
+	h.add("gen", "datagen", cfg)
+	h.start()
+	s := settings(t, cfg)
+	h.waitCommitted(events)
+	h.stop()
+	checkExactlyOnce(t, log, s, events)
+	st, _ := h.rt.Status("gen")
+	mu.Lock()
+	defer mu.Unlock()
+	if lost == 0 || st.Tasks[0].Restarts == 0 {
+		t.Fatalf("status %+v: the %d lost batches should have restarted the task", st.Tasks[0], lost)
+	}
+	t.Logf("%d batches lost after they were placed, %d restarts, %d replayed records dropped", lost, st.Tasks[0].Restarts, st.Tasks[0].Replayed)
+}
