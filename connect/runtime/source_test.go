@@ -336,21 +336,13 @@ func TestSourceExactlyOnceWhenProducerStateFails(t *testing.T) {
 		}
 		return false
 	}}
-	h := newHarness(t, log, newRegistry(t), func(o *runtime.Options) { o.TopicDefaults.Partitions = 4 })
-	cfg := datagenConfig(events, 30, 50, "errors.retry.delay.max.ms", "20")
-	h.add("gen", "datagen", cfg)
-	h.start()
-	s := settings(t, cfg)
-	h.waitCommitted(events)
-	h.stop()
-	checkExactlyOnce(t, log, s, events)
-	st, _ := h.rt.Status("gen")
+	st := runGen(t, log, 4, datagenConfig(events, 30, 50, "errors.retry.delay.max.ms", "20"), events)
 	mu.Lock()
 	defer mu.Unlock()
-	if st.Tasks[0].Replayed == 0 || unanswered == 0 {
-		t.Fatalf("status %+v, %d unanswered producer states: the crashes (%d) should have caused replays", st.Tasks[0], unanswered, crashes)
+	if st.Replayed == 0 || unanswered == 0 {
+		t.Fatalf("status %+v, %d unanswered producer states: the crashes (%d) should have caused replays", st, unanswered, crashes)
 	}
-	t.Logf("%d crashes, %d unanswered producer states, %d restarts, %d replayed records dropped", crashes, unanswered, st.Tasks[0].Restarts, st.Tasks[0].Replayed)
+	t.Logf("%d crashes, %d unanswered producer states, %d restarts, %d replayed records dropped", crashes, unanswered, st.Restarts, st.Replayed)
 }
 
 // placedLossLog is a log that sometimes loses a batch after it placed it (reported Written):
@@ -388,19 +380,27 @@ func TestSourceExactlyOnceWhenAPlacedAppendIsLost(t *testing.T) {
 		}
 		return false
 	}}
-	h := newHarness(t, log, newRegistry(t), func(o *runtime.Options) { o.TopicDefaults.Partitions = 1 })
 	cfg := datagenConfig(events, 30, 20, "datagen.tables", "orders", "datagen.rate", "4000", "errors.retry.delay.max.ms", "20")
-	h.add("gen", "datagen", cfg)
-	h.start()
-	s := settings(t, cfg)
-	h.waitCommitted(events)
-	h.stop()
-	checkExactlyOnce(t, log, s, events)
-	st, _ := h.rt.Status("gen")
+	st := runGen(t, log, 1, cfg, events)
 	mu.Lock()
 	defer mu.Unlock()
-	if lost == 0 || st.Tasks[0].Restarts == 0 {
-		t.Fatalf("status %+v: the %d lost batches should have restarted the task", st.Tasks[0], lost)
+	if lost == 0 || st.Restarts == 0 {
+		t.Fatalf("status %+v: the %d lost batches should have restarted the task", st, lost)
 	}
-	t.Logf("%d batches lost after they were placed, %d restarts, %d replayed records dropped", lost, st.Tasks[0].Restarts, st.Tasks[0].Replayed)
+	t.Logf("%d batches lost after they were placed, %d restarts, %d replayed records dropped", lost, st.Restarts, st.Replayed)
+}
+
+// runGen runs the datagen connector gen on log (topics of partitions partitions) until its
+// first events events are committed, checks that the log holds them exactly once, and
+// returns the task's status.
+func runGen(t *testing.T, log runtime.Log, partitions int32, cfg map[string]string, events int64) runtime.TaskStatus {
+	t.Helper()
+	h := newHarness(t, log, newRegistry(t), func(o *runtime.Options) { o.TopicDefaults.Partitions = partitions })
+	h.add("gen", "datagen", cfg)
+	h.start()
+	h.waitCommitted(events)
+	h.stop()
+	checkExactlyOnce(t, log, settings(t, cfg), events)
+	st, _ := h.rt.Status("gen")
+	return st.Tasks[0]
 }
