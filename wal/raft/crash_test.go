@@ -66,6 +66,9 @@ func (n *memNode) crashMidFsync(t testing.TB, topic string, also ...*memNode) st
 	select {
 	case held = <-n.blocked:
 	case <-time.After(10 * time.Second):
+		// disarmed and released first: an fsync held later would block the shutdown
+		n.armed.Store(false)
+		close(n.release)
 		t.Fatalf("node %d: no fsync of %s to hold", n.cfg.NodeID, topic)
 	}
 	n.fs.Crash(vfs.CrashOptions{Tear: true, Rand: rand.New(rand.NewPCG(rand.Uint64(), 1))})
