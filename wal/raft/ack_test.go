@@ -108,9 +108,7 @@ func TestAckWaitsForMajorityFsync(t *testing.T) {
 		{name: "leader and one follower held", held: []uint64{1, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := ld.group(groupKey{topic: "h"}).serving(ctx); err != nil {
-				t.Fatalf("node 1 no longer serves h-0: %v", err)
-			}
+			lead(t, ctx, ld, groupKey{topic: "h"}) // node 1 leads
 			for _, id := range tc.held {
 				for len(holds[id].blocked) > 0 {
 					<-holds[id].blocked

@@ -121,6 +121,25 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 
 // campaign makes l's replica of a group campaign at once, once the group
 // exists there, instead of waiting for an election timeout.
+// lead makes l serve the group of key: it campaigns until l leads it (another node, whose
+// election timer fired first on a slow machine, may have taken it).
+func lead(t testing.TB, ctx context.Context, l *Log, key groupKey) {
+	t.Helper()
+	for ctx.Err() == nil {
+		campaign(t, ctx, l, key)
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		for wctx.Err() == nil {
+			if l.group(key).serving(wctx) == nil {
+				cancel()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+	}
+	t.Fatalf("node %d does not lead %s", l.self, key)
+}
+
 func campaign(t testing.TB, ctx context.Context, l *Log, key groupKey) {
 	t.Helper()
 	for ctx.Err() == nil {
