@@ -83,6 +83,19 @@ func (h *batchHeader) lastOffset() int64 { return h.baseOffset + int64(h.lastOff
 // nextOffset is the offset after the batch.
 func (h *batchHeader) nextOffset() int64 { return h.lastOffset() + 1 }
 
+// codec is the compression of the batch's records.
+func (h *batchHeader) codec() Compression { return Compression(h.attributes & attrCodec) }
+
+// records returns the records of the batch b (uncompressed: a slice of b;
+// compressed: a new slice), for parseRecord.
+func (h *batchHeader) records(b []byte) ([]byte, error) {
+	raw := b[h.recordsAt:h.size()]
+	if h.codec() == Uncompressed {
+		return raw, nil
+	}
+	return decompressRecords(h.codec(), raw)
+}
+
 // lastSequence is the sequence number of the batch's last record.
 func (h *batchHeader) lastSequence() int32 {
 	if h.baseSequence < 0 {
@@ -191,11 +204,17 @@ func parseBatch(b []byte, full bool) (batchHeader, error) {
 		(h.attributes&attrControl == 0 && h.lastOffsetDelta < 0) {
 		return h, fmt.Errorf("inconsistent header (records %d, last offset delta %d): %w", h.recordCount, h.lastOffsetDelta, errBadRecords)
 	}
+	if c := h.codec(); c > Zstd || c != Uncompressed && h.attributes&attrControl != 0 {
+		return h, fmt.Errorf("%s: %w", c, errBadCodec)
+	}
 	if !full {
 		return h, nil
 	}
 	// Verify that exactly recordCount records fill the rest.
-	rest := b[h.recordsAt:]
+	rest, err := h.records(b)
+	if err != nil {
+		return h, fmt.Errorf("%v: %w", err, errBadRecords)
+	}
 	prev := int64(-1)
 	for i := int32(0); i < h.recordCount; i++ {
 		var r rawRecord
@@ -386,6 +405,8 @@ func appendRecord(dst []byte, tsDelta int64, offsetDelta int32, key, value []byt
 // the header once offsets and replication fields are known.
 type batchBuilder struct {
 	buf        []byte
+	zbuf       []byte // the other buffer, when compression swaps them
+	codec      Compression
 	recordsAt  int
 	recordsCRC uint32
 	count      int32
@@ -393,9 +414,10 @@ type batchBuilder struct {
 	maxTS      int64
 }
 
-// encodeRecords lays out the header space and the records of recs. now is
-// the timestamp given to records with a zero Timestamp.
-func (bb *batchBuilder) encodeRecords(recs []Record, sourcePos []byte, hasSourcePos bool, now int64) {
+// encodeRecords lays out the header space and the records of recs,
+// compressed with codec when that makes them smaller. now is the timestamp
+// given to records with a zero Timestamp.
+func (bb *batchBuilder) encodeRecords(recs []Record, sourcePos []byte, hasSourcePos bool, now int64, codec Compression) {
 	spLen := 0
 	if hasSourcePos {
 		spLen = len(sourcePos)
@@ -428,6 +450,15 @@ func (bb *batchBuilder) encodeRecords(recs []Record, sourcePos []byte, hasSource
 		}
 		bb.buf = appendRecord(bb.buf, ts-bb.baseTS, int32(i), recs[i].Key, recs[i].Value, recs[i].Headers)
 	}
+	bb.codec = Uncompressed
+	if codec != Uncompressed && len(recs) > 0 {
+		z, ok := compressRecords(append(bb.zbuf[:0], bb.buf[:bb.recordsAt]...), codec, bb.buf[bb.recordsAt:])
+		if ok {
+			bb.buf, bb.zbuf, bb.codec = z, bb.buf, codec
+		} else {
+			bb.zbuf = z
+		}
+	}
 	bb.recordsCRC = crc32.Update(0, castagnoli, bb.buf[bb.recordsAt:])
 }
 
@@ -455,6 +486,7 @@ func (bb *batchBuilder) finish(h *batchHeader) []byte {
 	be.PutUint64(b[offBaseOffset:], uint64(h.baseOffset))
 	be.PutUint32(b[offLength:], uint32(len(b)-lengthPrefix))
 	b[offMagic] = batchMagic
+	h.attributes = h.attributes&^attrCodec | int16(bb.codec)
 	be.PutUint16(b[offAttributes:], uint16(h.attributes))
 	be.PutUint32(b[offLastOffsetDelta:], uint32(h.lastOffsetDelta))
 	be.PutUint64(b[offBaseTimestamp:], uint64(h.baseTimestamp))

@@ -36,7 +36,7 @@ func benchRecords(size, n int) []Record {
 
 func encodedSize(recs []Record) int {
 	var bb batchBuilder
-	bb.encodeRecords(recs, nil, false, 1)
+	bb.encodeRecords(recs, nil, false, 1, Uncompressed)
 	return len(bb.buf)
 }
 

@@ -203,9 +203,12 @@ func (p *partition) eachBatch(s *segment, pos, limit int64, fn func(h *batchHead
 }
 
 // eachRecord calls fn for each record of a verified batch with its raw
-// bytes (length prefix included).
+// bytes (length prefix included, uncompressed).
 func eachRecord(h *batchHeader, b []byte, fn func(r *rawRecord, raw []byte)) error {
-	rest := b[h.recordsAt:h.size()]
+	rest, err := h.records(b)
+	if err != nil {
+		return err
+	}
 	for j := int32(0); j < h.recordCount; j++ {
 		var r rawRecord
 		n, err := parseRecord(rest, &r)
@@ -224,7 +227,7 @@ func (p *partition) rewriteSegment(s *segment, keys map[string]int64, lastBatch 
 	ns := newSegmentState(s.base, s.path, nil)
 	var wpos int64
 	changed := false
-	var buf []byte
+	var buf, zbuf []byte
 	err := p.eachBatch(s, 0, s.size, func(h *batchHeader, b []byte, pos int64) (bool, error) {
 		buf = buf[:0]
 		buf = append(buf, b[:h.recordsAt]...)
@@ -267,6 +270,18 @@ func (p *partition) rewriteSegment(s *segment, keys map[string]int64, lastBatch 
 		} else {
 			changed = true
 			be := binary.BigEndian
+			// The kept records are compressed again with the batch's codec
+			// (uncompressed if that no longer makes them smaller).
+			codec := Uncompressed
+			if h.codec() != Uncompressed {
+				z, ok := compressRecords(append(zbuf[:0], buf[:h.recordsAt]...), h.codec(), buf[h.recordsAt:])
+				if ok {
+					buf, zbuf, codec = z, buf, h.codec()
+				} else {
+					zbuf = z
+				}
+			}
+			be.PutUint16(buf[offAttributes:], uint16(h.attributes&^attrCodec|int16(codec)))
 			be.PutUint32(buf[offLength:], uint32(len(buf)-lengthPrefix))
 			be.PutUint32(buf[offRecordCount:], uint32(kept))
 			be.PutUint64(buf[offDeleteHorizon:], uint64(horizon))

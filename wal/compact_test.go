@@ -98,20 +98,26 @@ func writeCompactableBatches(t *testing.T, l *Log, clk *fakeClock, rng *rand.Ran
 // untouched; after the retention, tombstones are gone.
 func TestCompaction(t *testing.T) {
 	for _, maxBatch := range []int{1, 6} {
-		t.Run(fmt.Sprint("batches of up to ", maxBatch), func(t *testing.T) { testCompaction(t, maxBatch) })
+		t.Run(fmt.Sprint("batches of up to ", maxBatch), func(t *testing.T) { testCompaction(t, maxBatch, Uncompressed) })
+	}
+	// Compressed batches are inflated, filtered and compressed again.
+	for _, codec := range allCodecs[1:] {
+		t.Run(fmt.Sprint("batches of up to 6, ", codec), func(t *testing.T) { testCompaction(t, 6, codec) })
 	}
 }
 
 // testCompaction is TestCompaction with batches of up to maxBatch records:
 // with more than one, compaction rewrites batches keeping some of their
 // records.
-func testCompaction(t *testing.T, maxBatch int) {
+func testCompaction(t *testing.T, maxBatch int, codec Compression) {
 	fs := vfs.NewMem()
 	clk := newClock()
 	ctx := context.Background()
 	l := mustOpen(t, "/d", memOpts(fs, clk))
 	defer func() { l.Close() }()
-	if err := l.CreateTopic("t", compactConfig()); err != nil {
+	cfg := compactConfig()
+	cfg.Compression = codec
+	if err := l.CreateTopic("t", cfg); err != nil {
 		t.Fatal(err)
 	}
 	all := writeCompactableBatches(t, l, clk, rand.New(rand.NewPCG(1, 1)), maxBatch)

@@ -50,6 +50,9 @@ type TopicConfig struct {
 	// IndexIntervalBytes is the spacing of sparse index entries
 	// (index.interval.bytes).
 	IndexIntervalBytes int32
+	// Compression is the codec appends compress each batch's records with
+	// (compression.type). Batches already written keep their own codec.
+	Compression Compression
 }
 
 // DefaultTopicConfig returns Kafka's defaults (one partition, delete
@@ -203,6 +206,18 @@ var configKeys = []configKey{
 		func(c *TopicConfig, n int64) { c.MaxMessageBytes = int32(n) }, 1024, maxBatchBytes),
 	intField("index.interval.bytes", func(c *TopicConfig) int64 { return int64(c.IndexIntervalBytes) },
 		func(c *TopicConfig, n int64) { c.IndexIntervalBytes = int32(n) }, 0, math.MaxInt32),
+	{
+		name: "compression.type",
+		get:  func(c *TopicConfig) string { return c.Compression.String() },
+		set: func(c *TopicConfig, v string) (err error) {
+			c.Compression, err = ParseCompression(v)
+			return err
+		},
+		check: func(c *TopicConfig) error {
+			_, err := ParseCompression(c.Compression.String())
+			return err
+		},
+	},
 }
 
 // ParseTopicConfig builds a TopicConfig from Kafka-named keys over the

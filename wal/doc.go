@@ -81,8 +81,11 @@
 //	     8    4 length               bytes after this field
 //	    12    1 magic                format version, 1
 //	    13    4 crc                  CRC-32C (Castagnoli), see below
-//	    17    2 attributes           bit 5: control batch (replication entry,
-//	                                 no records, takes no offset); others 0
+//	    17    2 attributes           bits 0-2: compression of the records
+//	                                 (0 none, 1 gzip, 2 snappy, 3 lz4,
+//	                                 4 zstd); bit 5: control batch
+//	                                 (replication entry, no records, takes
+//	                                 no offset, never compressed); others 0
 //	    19    4 last offset delta    last record's offset - base (-1: control)
 //	    23    8 base timestamp       ms since the epoch, first record
 //	    31    8 max timestamp        ms, largest of the batch
@@ -106,6 +109,15 @@
 //	value length varint (-1: null = tombstone) | value |
 //	header count varint | { key length varint | key | value length varint
 //	(-1: null) | value } …
+//
+// A compressed batch holds, in place of the records, their size (uvarint)
+// and then the codec's output for them: a snappy block, an LZ4 block, a
+// zstd frame or a gzip stream. An append compresses with its topic's
+// compression.type, and only when that makes the records smaller; each
+// batch says its own codec, so a partition may mix them. A reader refuses
+// a size over 64 MiB before it allocates, and one the codec does not give
+// back exactly. Compaction inflates a batch, keeps what it keeps and
+// compresses that again with the same codec.
 //
 // The crc is CRC-32C over the records (from 85+n to the end), then the
 // header bytes 17 to 85+n, then the base offset (bytes 0 to 8). Records come

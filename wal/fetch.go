@@ -172,7 +172,10 @@ func readWindow(s *segment, pos, limit, hw int64, maxBytes int, res *FetchResult
 		if h.nextOffset() <= offset {
 			continue
 		}
-		rest := b[h.recordsAt:]
+		rest, err := h.records(b)
+		if err != nil {
+			return 0, &CorruptionError{File: s.path, Offset: pos + int64(at), Reason: err.Error()}
+		}
 		for j := int32(0); j < h.recordCount; j++ {
 			var r rawRecord
 			m, err := parseRecord(rest, &r)
@@ -233,7 +236,10 @@ func (p *partition) offsetForTime(ts int64) (int64, error) {
 			if h.maxTimestamp < ts {
 				continue
 			}
-			rest := b[h.recordsAt:]
+			rest, err := h.records(b)
+			if err != nil {
+				return 0, &CorruptionError{File: s.path, Offset: pos - int64(h.size()), Reason: err.Error()}
+			}
 			for j := int32(0); j < h.recordCount; j++ {
 				var rr rawRecord
 				m, err := parseRecord(rest, &rr)

@@ -15,7 +15,7 @@ func FuzzParseBatch(f *testing.F) {
 		f.Add(b[:len(b)-1])
 	}
 	var bb batchBuilder
-	bb.encodeRecords([]Record{{Key: []byte("k")}}, nil, false, 5)
+	bb.encodeRecords([]Record{{Key: []byte("k")}}, nil, false, 5, Uncompressed)
 	h := batchHeader{lastOffsetDelta: 0, producerID: -1, producerEpoch: -1, baseSequence: -1, deleteHorizon: -1, recordCount: 1}
 	f.Add(append([]byte(nil), bb.finish(&h)...))
 	f.Add([]byte{})

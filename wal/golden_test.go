@@ -25,7 +25,7 @@ func goldenBatch() []byte {
 		{Timestamp: time.UnixMilli(1_700_000_000_005), Key: []byte("key-1"), Value: nil},
 		{Timestamp: time.UnixMilli(1_699_999_999_999), Key: nil, Value: []byte{}},
 	}
-	bb.encodeRecords(recs, []byte("mysql-bin.000003:4711"), true, 0)
+	bb.encodeRecords(recs, []byte("mysql-bin.000003:4711"), true, 0, Uncompressed)
 	h := batchHeader{
 		baseOffset: 1234, lastOffsetDelta: 2, baseTimestamp: bb.baseTS, maxTimestamp: bb.maxTS,
 		producerID: 77, producerEpoch: 3, baseSequence: 40, term: 9, index: 4321,

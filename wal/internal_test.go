@@ -263,7 +263,7 @@ func TestEncodeRecordsFitsBound(t *testing.T) {
 	for i, recs := range cases {
 		for _, sp := range [][]byte{nil, []byte("position")} {
 			var bb batchBuilder
-			bb.encodeRecords(recs, sp, sp != nil, time.Now().UnixMilli())
+			bb.encodeRecords(recs, sp, sp != nil, time.Now().UnixMilli(), Uncompressed)
 			want := batchFixedHeader + len(sp) + recordsBound(recs)
 			if cap(bb.buf) != want || len(bb.buf) > want {
 				t.Errorf("case %d: %d bytes in a buffer of %d, want room for %d reserved at once", i, len(bb.buf), cap(bb.buf), want)

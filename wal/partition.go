@@ -538,7 +538,7 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 			p.bufs.Put(bb)
 		}
 	}()
-	bb.encodeRecords(recs, opts.SourcePosition, opts.SourcePosition != nil, now)
+	bb.encodeRecords(recs, opts.SourcePosition, opts.SourcePosition != nil, now, p.cfg.Compression)
 	if len(bb.buf) > int(p.cfg.MaxMessageBytes) {
 		return AppendResult{}, fmt.Errorf("append to %s: %d bytes > %d: %w", p.name(), len(bb.buf), p.cfg.MaxMessageBytes, ErrRecordTooLarge)
 	}

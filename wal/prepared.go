@@ -17,13 +17,20 @@ type PreparedBatch struct {
 	h  batchHeader
 }
 
-// PrepareBatch encodes recs as a batch; see EncodeBatch.
+// PrepareBatch encodes recs as an uncompressed batch; see EncodeBatch.
 func PrepareBatch(recs []Record, opts AppendOptions, now time.Time) (*PreparedBatch, error) {
+	return PrepareCompressedBatch(recs, opts, Uncompressed, now)
+}
+
+// PrepareCompressedBatch encodes recs as a batch whose records are
+// compressed with codec (when that makes them smaller), as an append to a
+// topic of that compression.type stores them.
+func PrepareCompressedBatch(recs []Record, opts AppendOptions, codec Compression, now time.Time) (*PreparedBatch, error) {
 	if len(recs) == 0 {
 		return nil, fmt.Errorf("prepare batch: empty batch: %w", ErrInvalidRecord)
 	}
 	pb := &PreparedBatch{}
-	pb.bb.encodeRecords(recs, opts.SourcePosition, opts.SourcePosition != nil, now.UnixMilli())
+	pb.bb.encodeRecords(recs, opts.SourcePosition, opts.SourcePosition != nil, now.UnixMilli(), codec)
 	pb.h = batchHeader{
 		lastOffsetDelta: int32(len(recs) - 1),
 		baseTimestamp:   pb.bb.baseTS, maxTimestamp: pb.bb.maxTS,
@@ -54,11 +61,27 @@ func ParsePreparedBatch(b []byte) (*PreparedBatch, error) {
 	pb := &PreparedBatch{h: h}
 	pb.bb.buf = append([]byte(nil), b...)
 	pb.bb.recordsAt = h.recordsAt
+	pb.bb.codec = h.codec()
 	pb.bb.recordsCRC = crc32.Update(0, castagnoli, pb.bb.buf[h.recordsAt:])
 	pb.bb.count = h.recordCount
 	pb.bb.baseTS, pb.bb.maxTS = h.baseTimestamp, h.maxTimestamp
 	pb.h.sourcePos = nil
 	return pb, nil
+}
+
+// Compress compresses the records of an uncompressed batch with codec,
+// when that makes them smaller; a compressed batch stays as it is.
+func (pb *PreparedBatch) Compress(codec Compression) {
+	bb := &pb.bb
+	if bb.codec != Uncompressed || codec == Uncompressed || bb.count == 0 {
+		return
+	}
+	if z, ok := compressRecords(append(bb.zbuf[:0], bb.buf[:bb.recordsAt]...), codec, bb.buf[bb.recordsAt:]); ok {
+		bb.buf, bb.zbuf, bb.codec = z, bb.buf, codec
+		bb.recordsCRC = crc32.Update(0, castagnoli, bb.buf[bb.recordsAt:])
+		pb.h.attributes = pb.h.attributes&^attrCodec | int16(codec)
+		pb.h.length = int32(len(bb.buf) - lengthPrefix)
+	}
 }
 
 // Finish places the batch at baseOffset with a replication term and index
@@ -104,7 +127,10 @@ func DecodeBatch(b []byte, dst []Record) ([]Record, BatchInfo, error) {
 		return dst, info, err
 	}
 	h, _ := parseBatchHeader(b)
-	rest := b[h.recordsAt:h.size()]
+	rest, err := h.records(b)
+	if err != nil {
+		return dst, info, fmt.Errorf("%v: %w", err, errBadRecords)
+	}
 	for j := int32(0); j < h.recordCount; j++ {
 		var r rawRecord
 		n, err := parseRecord(rest, &r)

@@ -56,7 +56,7 @@ func EncodeBatch(baseOffset int64, term, index uint64, recs []Record, opts Appen
 		return nil, fmt.Errorf("encode batch: empty batch: %w", ErrInvalidRecord)
 	}
 	var bb batchBuilder
-	bb.encodeRecords(recs, opts.SourcePosition, opts.SourcePosition != nil, now.UnixMilli())
+	bb.encodeRecords(recs, opts.SourcePosition, opts.SourcePosition != nil, now.UnixMilli(), Uncompressed)
 	h := batchHeader{
 		baseOffset: baseOffset, lastOffsetDelta: int32(len(recs) - 1),
 		baseTimestamp: bb.baseTS, maxTimestamp: bb.maxTS,
@@ -74,7 +74,7 @@ func EncodeBatch(baseOffset int64, term, index uint64, recs []Record, opts Appen
 // offset: baseOffset is the offset the next records will have.
 func EncodeControlBatch(baseOffset int64, term, index uint64, data []byte, now time.Time) []byte {
 	var bb batchBuilder
-	bb.encodeRecords(nil, data, true, now.UnixMilli())
+	bb.encodeRecords(nil, data, true, now.UnixMilli(), Uncompressed)
 	ms := now.UnixMilli()
 	h := batchHeader{
 		baseOffset: baseOffset, attributes: attrControl, lastOffsetDelta: -1,

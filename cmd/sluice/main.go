@@ -194,7 +194,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, *rest.Levels, e
 }
 
 func walOptions(p *config.Pipeline, logger *slog.Logger) (wal.Options, error) {
-	topic, err := wal.ParseTopicConfig(wal.DefaultTopicConfig(), p.Log.Topic)
+	topic, err := wal.ParseTopicConfig(runtime.DefaultTopicConfig(), p.Log.Topic)
 	if err != nil {
 		return wal.Options{}, err
 	}

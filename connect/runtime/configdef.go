@@ -321,7 +321,7 @@ func (c Checker) CheckConnector(name, class string, config map[string]string) []
 
 // CheckTopicConfig validates Kafka-named topic settings as the log reads them.
 func (c Checker) CheckTopicConfig(config map[string]string) []connect.FieldError {
-	_, err := wal.ParseTopicConfig(wal.DefaultTopicConfig(), config)
+	_, err := wal.ParseTopicConfig(DefaultTopicConfig(), config)
 	if err == nil {
 		return nil
 	}

@@ -18,6 +18,7 @@ func TestTopicMetaGolden(t *testing.T) {
 	cfg := wal.DefaultTopicConfig()
 	cfg.Partitions = 3
 	cfg.Compact, cfg.Delete = true, false
+	cfg.Compression = wal.LZ4
 	tm := &topicMeta{name: "db.inventory.orders", cfg: cfg, rf: 3, replicas: assign("db.inventory.orders", 3, 3, []uint64{1, 2, 3})}
 	rec := encodeTopicMeta(tm)
 	golden := filepath.Join("testdata", "topic-meta-v1.bin")
@@ -40,6 +41,17 @@ func TestTopicMetaGolden(t *testing.T) {
 	}
 	if got.name != tm.name || got.rf != 3 || got.cfg != cfg || !cmp.Equal(got.replicas, tm.replicas) {
 		t.Fatalf("decoded %+v, want %+v", got, tm)
+	}
+
+	// A record written before compression.type existed reads as uncompressed.
+	old, err := os.ReadFile(filepath.Join("testdata", "topic-meta-v1-before-compression.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = decodeTopicMeta(wal.Record{Key: old[:len(rec.Key)], Value: old[len(rec.Key)+1:]})
+	cfg.Compression = wal.Uncompressed
+	if err != nil || got.name != tm.name || got.cfg != cfg {
+		t.Fatalf("record of the previous release: decoded %+v, %v; want the config %+v", got, err, cfg)
 	}
 }
 

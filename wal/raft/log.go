@@ -466,7 +466,7 @@ func (l *Log) AppendInfo(ctx context.Context, topic string, part int32, recs []w
 	if err := ctx.Err(); err != nil {
 		return wal.AppendResult{}, AppendInfo{}, fmt.Errorf("append to %s-%d: %w", topic, part, err)
 	}
-	b, err := wal.PrepareBatch(recs, opts, l.now())
+	b, err := wal.PrepareCompressedBatch(recs, opts, tm.cfg.Compression, l.now())
 	if err != nil {
 		return wal.AppendResult{}, AppendInfo{}, fmt.Errorf("append to %s-%d: %w", topic, part, err)
 	}

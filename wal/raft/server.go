@@ -168,6 +168,7 @@ func (l *Log) request(ctx context.Context, from uint64, op uint8, body []byte) (
 		if err != nil {
 			return nil, fmt.Errorf("append to %s-%d: %w", topic, part, err)
 		}
+		b.Compress(tm.cfg.Compression) // the forwarding node does not know the topic's codec
 		r, err := g.submit(ctx, &proposal{ctx: ctx, batch: b, at: l.now(), res: make(chan proposalResult, 1)})
 		if err != nil {
 			return nil, err
