@@ -10,9 +10,11 @@ import (
 // panic, and whatever it accepts must iterate cleanly within its bounds.
 func FuzzParseBatch(f *testing.F) {
 	f.Add(goldenBatch())
-	if b, err := os.ReadFile(filepath.Join("testdata", "batch-v1.bin")); err == nil {
-		f.Add(b)
-		f.Add(b[:len(b)-1])
+	for _, name := range []string{"batch-v1.bin", "batch-v1-gzip.bin", "batch-v1-snappy.bin", "batch-v1-lz4.bin", "batch-v1-zstd.bin"} {
+		if b, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
+			f.Add(b)
+			f.Add(b[:len(b)-1])
+		}
 	}
 	var bb batchBuilder
 	bb.encodeRecords([]Record{{Key: []byte("k")}}, nil, false, 5, Uncompressed)

@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-cdc/sluice/config"
+	"github.com/sluice-cdc/sluice/wal"
 )
 
 func runCmd(args ...string) (int, string, string) {
@@ -101,5 +105,18 @@ func TestCPUProfile(t *testing.T) {
 	}
 	if _, err := startCPUProfile(filepath.Join(t.TempDir(), "missing", "cpu.pprof")); err == nil || !strings.HasPrefix(err.Error(), "-cpuprofile: open ") {
 		t.Fatalf("profile into a missing directory: %v", err)
+	}
+}
+
+// TestTopicsCompressedByDefault: the topics `sluice run` creates compress their batches with
+// snappy unless log.topic says otherwise.
+func TestTopicsCompressedByDefault(t *testing.T) {
+	opts, err := walOptions(&config.Pipeline{Log: config.LogSettings{Partitions: 1}}, slog.New(slog.DiscardHandler))
+	if err != nil || opts.TopicDefaults.Compression != wal.Snappy {
+		t.Fatalf("default compression.type: %v %v, want snappy", opts.TopicDefaults.Compression, err)
+	}
+	p := &config.Pipeline{Log: config.LogSettings{Partitions: 1, Topic: map[string]string{"compression.type": "zstd"}}}
+	if opts, err = walOptions(p, slog.New(slog.DiscardHandler)); err != nil || opts.TopicDefaults.Compression != wal.Zstd {
+		t.Fatalf("compression.type zstd: %v %v", opts.TopicDefaults.Compression, err)
 	}
 }
