@@ -156,6 +156,9 @@ func testCompaction(t *testing.T, maxBatch int, codec Compression) {
 	if d := cmp.Diff(expect(false), got); d != "" {
 		t.Fatalf("after compaction (-want +got):\n%s", d)
 	}
+	if codec != Uncompressed {
+		checkStoredCodecs(t, l, "t", 0, codec) // the batches compaction rewrote are compressed again
+	}
 	// Still there within delete.retention.ms, and across a reopen.
 	clk.advance(30 * time.Minute)
 	if err := l.Compact(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/gzip"
@@ -69,7 +70,7 @@ var (
 func zstdCodec() (*zstd.Encoder, *zstd.Decoder) {
 	zstdOnce.Do(func() {
 		// EncodeAll and DecodeAll may be called concurrently on one of each.
-		zstdEnc, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedDefault))
+		zstdEnc, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)), zstd.WithEncoderLevel(zstd.SpeedDefault))
 		zstdDec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(maxBatchBytes))
 	})
 	return zstdEnc, zstdDec
@@ -108,6 +109,7 @@ func compressRecords(dst []byte, c Compression, src []byte) ([]byte, bool) {
 		if err == nil {
 			err = w.Close()
 		}
+		w.Reset(io.Discard) // the pool must not keep dst
 		gzipPool.Put(w)
 		if err != nil {
 			return dst[:start], false

@@ -47,6 +47,33 @@ func storedBatches(t *testing.T, l *Log, topic string, part int32) []batchHeader
 	return hs
 }
 
+// checkStoredCodecs fails unless every batch of the partition with records
+// is stored with codec, or uncompressed because codec would not shrink it.
+func checkStoredCodecs(t *testing.T, l *Log, topic string, part int32, codec Compression) {
+	t.Helper()
+	p, err := l.partition(topic, part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range p.segs {
+		err := p.eachBatch(s, 0, s.size, func(h *batchHeader, b []byte, pos int64) (bool, error) {
+			switch {
+			case h.recordCount == 0:
+			case h.codec() == Uncompressed:
+				if _, ok := compressRecords(nil, codec, b[h.recordsAt:h.size()]); ok {
+					t.Fatalf("%s at %d: %d records stored uncompressed, though %s makes them smaller", s.path, pos, h.recordCount, codec)
+				}
+			case h.codec() != codec:
+				t.Fatalf("%s at %d: stored %s, want %s", s.path, pos, h.codec(), codec)
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestCompressionRoundTrip: with each compression.type, what is appended
 // reads back the same (through fetch, after a reopen, by time), the
 // compressible batches are stored compressed and smaller, and a batch that
@@ -188,10 +215,16 @@ func TestCompressedBatchDamaged(t *testing.T) {
 			// a size past what a batch may hold
 			bomb := binary.AppendUvarint(append([]byte(nil), good[:batchFixedHeader]...), maxBatchBytes+1)
 			bomb = append(bomb, payload...)
+			// a size no machine could allocate
+			huge := binary.AppendUvarint(append([]byte(nil), good[:batchFixedHeader]...), 1<<62)
+			huge = append(huge, payload...)
 			// the records of another size than the batch says
+			size, _ := binary.Uvarint(good[batchFixedHeader:])
 			short := binary.AppendUvarint(append([]byte(nil), good[:batchFixedHeader]...), 10)
 			short = append(short, payload...)
-			for name, b := range map[string][]byte{"garbled": garbled, "bomb": bomb, "wrong size": short} {
+			long := binary.AppendUvarint(append([]byte(nil), good[:batchFixedHeader]...), size+10)
+			long = append(long, payload...)
+			for name, b := range map[string][]byte{"garbled": garbled, "bomb": bomb, "huge": huge, "shorter size": short, "longer size": long} {
 				b = reseal(b)
 				if _, err := parseBatch(b, false); err != nil {
 					t.Fatalf("%s: the framing check should pass: %v", name, err)
@@ -208,6 +241,13 @@ func TestCompressedBatchDamaged(t *testing.T) {
 			binary.BigEndian.PutUint16(unknown[offAttributes:], 6)
 			if _, err := parseBatch(reseal(unknown), false); !errors.Is(err, errBadCodec) {
 				t.Fatalf("codec 6: %v, want %v", err, errBadCodec)
+			}
+			// a control batch is never compressed
+			ctl := EncodeControlBatch(0, 1, 1, []byte("conf"), time.UnixMilli(1))
+			binary.BigEndian.PutUint16(ctl[offAttributes:], uint16(attrControl|int16(codec)))
+			binary.BigEndian.PutUint32(ctl[offCRC:], batchCRC(ctl, batchFixedHeader+4))
+			if _, err := parseBatch(ctl, false); !errors.Is(err, errBadCodec) {
+				t.Fatalf("compressed control batch: %v, want %v", err, errBadCodec)
 			}
 		})
 	}
@@ -319,4 +359,63 @@ func TestGoldenCompressedBatches(t *testing.T) {
 			t.Fatalf("%s: records (-want +got):\n%s", codec, cmp.Diff(want, got))
 		}
 	}
+}
+
+// TestFetchOfCompressedBatchesBoundedByMaxBytes: MaxBytes bounds what a
+// fetch inflates, not only what it reads from disk, so batches that
+// compress a thousandfold cannot make a small fetch take gigabytes.
+func TestFetchOfCompressedBatchesBoundedByMaxBytes(t *testing.T) {
+	for _, codec := range allCodecs[1:] {
+		t.Run(codec.String(), func(t *testing.T) {
+			fs := vfs.NewMem()
+			l := mustOpen(t, "/d", memOpts(fs, newClock()))
+			defer l.Close()
+			cfg := DefaultTopicConfig()
+			cfg.Compression = codec
+			if err := l.CreateTopic("t", cfg); err != nil {
+				t.Fatal(err)
+			}
+			zeros := make([]byte, 1<<20)
+			for range 8 {
+				mustAppend(t, l, "t", 0, []Record{{Key: []byte("k"), Value: zeros}, {Key: []byte("k"), Value: zeros}}, AppendOptions{})
+			}
+			if st := storedBatches(t, l, "t", 0); st[0].size() > 256<<10 {
+				t.Fatalf("a batch of 2 MiB of zeros stored in %d bytes: not compressed", st[0].size())
+			}
+			for off, n := int64(0), 0; off < 16; off, n = off+int64(n), 0 {
+				res, err := l.Fetch(context.Background(), "t", 0, off, FetchOptions{MaxBytes: 64 << 10})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n = len(res.Records)
+				if n != 2 || res.Records[0].Offset != off || len(res.Records[1].Value) != 1<<20 {
+					t.Fatalf("fetch of 64 KiB at %d: %d records, want the one batch of 2 (the first batch comes whole)", off, n)
+				}
+			}
+			res, err := l.Fetch(context.Background(), "t", 0, 0, FetchOptions{MaxBytes: 5 << 20})
+			if err != nil || len(res.Records) != 4 {
+				t.Fatalf("fetch of 5 MiB: %d records (%v), want the 2 batches that fit inflated", len(res.Records), err)
+			}
+		})
+	}
+}
+
+// FuzzDecompressRecords feeds the decoders what no checksum guards here:
+// they must refuse it, not panic or allocate past the bound.
+func FuzzDecompressRecords(f *testing.F) {
+	src := []byte(changeEvent(1) + changeEvent(2) + changeEvent(3))
+	for _, c := range allCodecs[1:] {
+		if z, ok := compressRecords(nil, c, src); ok {
+			f.Add(byte(c), z)
+			f.Add(byte(c), z[:len(z)-1])
+		}
+	}
+	f.Fuzz(func(t *testing.T, c byte, b []byte) {
+		out, err := decompressRecords(Compression(c%8), b)
+		if err == nil {
+			if size, _ := binary.Uvarint(b); uint64(len(out)) != size {
+				t.Fatalf("inflated %d bytes, the batch says %d", len(out), size)
+			}
+		}
+	})
 }

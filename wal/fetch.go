@@ -2,6 +2,7 @@ package wal
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"time"
@@ -143,8 +144,12 @@ func readWindow(s *segment, pos, limit, hw int64, maxBytes int, res *FetchResult
 		}
 	}
 	offset := res.NextOffset
-	// First pass: verify the batches and count the records.
-	count, end := 0, 0
+	// First pass: verify the batches and count the records. Compressed
+	// batches count at their inflated size, so that maxBytes bounds the
+	// memory a fetch takes (the first batch with records is returned
+	// whole, as the first batch is).
+	count, end, inflated := 0, 0, 0
+	budget := max(maxBytes, batchFixedHeader)
 	for end < len(buf) {
 		h, err := parseBatch(buf[end:], false)
 		if err == errShortBatch && end > 0 {
@@ -157,6 +162,15 @@ func readWindow(s *segment, pos, limit, hw int64, maxBytes int, res *FetchResult
 			return 0, &CorruptionError{File: s.path, Offset: pos + int64(end), Reason: "batch extends past the committed end"}
 		}
 		if h.nextOffset() > offset {
+			if h.codec() != Uncompressed {
+				size, _ := binary.Uvarint(buf[end+h.recordsAt : end+h.size()])
+				if count > 0 && uint64(inflated)+size > uint64(budget) {
+					break
+				}
+				inflated += int(min(size, maxBatchBytes))
+			} else {
+				inflated += h.size()
+			}
 			count += int(h.recordCount)
 		}
 		end += h.size()

@@ -534,7 +534,7 @@ func (p *partition) appendBatch(ctx context.Context, recs []Record, opts AppendO
 	now := nowT.UnixMilli()
 	bb := p.bufs.Get().(*batchBuilder)
 	defer func() {
-		if cap(bb.buf) <= 4<<20 {
+		if cap(bb.buf) <= 4<<20 && cap(bb.zbuf) <= 4<<20 {
 			p.bufs.Put(bb)
 		}
 	}()

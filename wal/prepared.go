@@ -120,7 +120,8 @@ func NextSequence(seq int32) int32 { return seqAdd(seq, 1) }
 func (pb *PreparedBatch) MaxTimestamp() time.Time { return msTime(pb.h.maxTimestamp) }
 
 // DecodeBatch verifies an encoded batch and appends its records, with
-// their offsets, to dst. Keys, values and header values alias b.
+// their offsets, to dst. Keys, values and header values alias b (or, for a
+// compressed batch, the memory its records were inflated into).
 func DecodeBatch(b []byte, dst []Record) ([]Record, BatchInfo, error) {
 	info, err := DecodeBatchInfo(b)
 	if err != nil {

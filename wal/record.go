@@ -84,7 +84,8 @@ type FetchOptions struct {
 }
 
 // FetchResult is what Fetch returns. Record keys, values and header values
-// alias a buffer owned by the result: a FetchInto with the same result
+// alias a buffer owned by the result (or, for a compressed batch, memory
+// its records were inflated into): a FetchInto with the same result
 // reuses it, so copy what must outlive that.
 type FetchResult struct {
 	Records []Record

@@ -161,14 +161,15 @@ func (l *Log) request(ctx context.Context, from uint64, op uint8, body []byte) (
 		if err != nil {
 			return nil, err
 		}
-		if len(raw) > int(tm.cfg.MaxMessageBytes) {
-			return nil, fmt.Errorf("append to %s-%d: %d bytes > %d: %w", topic, part, len(raw), tm.cfg.MaxMessageBytes, wal.ErrRecordTooLarge)
-		}
-		b, err := wal.ParsePreparedBatch(raw)
+		b, err := wal.ParsePreparedBatch(raw) // refuses a batch over the 64 MiB any batch may take
 		if err != nil {
 			return nil, fmt.Errorf("append to %s-%d: %w", topic, part, err)
 		}
-		b.Compress(tm.cfg.Compression) // the forwarding node does not know the topic's codec
+		// A Client does not know the topic's codec; max.message.bytes bounds the stored batch.
+		b.Compress(tm.cfg.Compression)
+		if b.Size() > int(tm.cfg.MaxMessageBytes) {
+			return nil, fmt.Errorf("append to %s-%d: %d bytes > %d: %w", topic, part, b.Size(), tm.cfg.MaxMessageBytes, wal.ErrRecordTooLarge)
+		}
 		r, err := g.submit(ctx, &proposal{ctx: ctx, batch: b, at: l.now(), res: make(chan proposalResult, 1)})
 		if err != nil {
 			return nil, err
