@@ -70,7 +70,8 @@ type batchHeader struct {
 	deleteHorizon   int64
 	recordCount     int32
 	sourcePos       []byte
-	recordsAt       int // offset of the first record within the batch
+	recordsAt       int    // offset of the first record within the batch
+	inflated        []byte // a compressed batch's records, once parseBatch(full) inflated them
 }
 
 // size is the whole batch's size in bytes.
@@ -90,8 +91,11 @@ func (h *batchHeader) codec() Compression { return Compression(h.attributes & at
 // compressed: a new slice), for parseRecord.
 func (h *batchHeader) records(b []byte) ([]byte, error) {
 	raw := b[h.recordsAt:h.size()]
-	if h.codec() == Uncompressed {
+	switch {
+	case h.codec() == Uncompressed:
 		return raw, nil
+	case h.inflated != nil:
+		return h.inflated, nil
 	}
 	return decompressRecords(h.codec(), raw)
 }
@@ -214,6 +218,9 @@ func parseBatch(b []byte, full bool) (batchHeader, error) {
 	rest, err := h.records(b)
 	if err != nil {
 		return h, fmt.Errorf("%v: %w", err, errBadRecords)
+	}
+	if h.codec() != Uncompressed {
+		h.inflated = rest // verified below; the caller reads the records without inflating again
 	}
 	prev := int64(-1)
 	for i := int32(0); i < h.recordCount; i++ {

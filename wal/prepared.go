@@ -65,7 +65,7 @@ func ParsePreparedBatch(b []byte) (*PreparedBatch, error) {
 	pb.bb.recordsCRC = crc32.Update(0, castagnoli, pb.bb.buf[h.recordsAt:])
 	pb.bb.count = h.recordCount
 	pb.bb.baseTS, pb.bb.maxTS = h.baseTimestamp, h.maxTimestamp
-	pb.h.sourcePos = nil
+	pb.h.sourcePos, pb.h.inflated = nil, nil
 	return pb, nil
 }
 
@@ -123,12 +123,11 @@ func (pb *PreparedBatch) MaxTimestamp() time.Time { return msTime(pb.h.maxTimest
 // their offsets, to dst. Keys, values and header values alias b (or, for a
 // compressed batch, the memory its records were inflated into).
 func DecodeBatch(b []byte, dst []Record) ([]Record, BatchInfo, error) {
-	info, err := DecodeBatchInfo(b)
+	info, h, err := decodeBatchInfo(b)
 	if err != nil {
 		return dst, info, err
 	}
-	h, _ := parseBatchHeader(b)
-	rest, err := h.records(b)
+	rest, err := h.records(b) // inflated once, by the check
 	if err != nil {
 		return dst, info, fmt.Errorf("%v: %w", err, errBadRecords)
 	}

@@ -19,17 +19,23 @@ const sweepSeg = "/d/topics/t/0/00000000000000000000.log"
 // sweepSetup writes batches of varied records and closes cleanly. It
 // returns the file system, the records and the byte ranges of the batches
 // in the single segment.
-func sweepSetup(t *testing.T, batches int, clean bool) (*vfs.Mem, []Record, [][2]int64) {
+func sweepSetup(t *testing.T, batches int, clean bool, codec Compression) (*vfs.Mem, []Record, [][2]int64) {
 	fs := vfs.NewMem()
 	clk := newClock()
 	l := mustOpen(t, "/d", memOpts(fs, clk))
-	if err := l.CreateTopic("t", DefaultTopicConfig()); err != nil {
+	cfg := DefaultTopicConfig()
+	cfg.Compression = codec
+	if err := l.CreateTopic("t", cfg); err != nil {
 		t.Fatal(err)
 	}
 	var ranges [][2]int64
 	var pos int64
 	for i := 0; i < batches; i++ {
-		recs := []Record{kv(fmt.Sprint("k", i), fmt.Sprint("value-", i)), {Key: []byte("h"), Value: nil, Headers: []Header{{Key: "x", Value: []byte("y")}}}}
+		v := fmt.Sprint("value-", i)
+		if codec != Uncompressed {
+			v = strings.Repeat(changeEvent(i), 3) // compresses
+		}
+		recs := []Record{kv(fmt.Sprint("k", i), v), {Key: []byte("h"), Value: nil, Headers: []Header{{Key: "x", Value: []byte("y")}}}}
 		mustAppend(t, l, "t", 0, recs, AppendOptions{ProducerID: 1, ProducerEpoch: 0, BaseSequence: int32(2 * i), SourcePosition: []byte(fmt.Sprint("pos", i))})
 		st, err := fs.Stat(sweepSeg)
 		if err != nil {
@@ -39,6 +45,11 @@ func sweepSetup(t *testing.T, batches int, clean bool) (*vfs.Mem, []Record, [][2
 		pos = st.Size
 	}
 	recs := readAllRecords(t, l, "t", 0)
+	for i, h := range storedBatches(t, l, "t", 0) {
+		if h.codec() != codec {
+			t.Fatalf("batch %d stored %s, want %s", i, h.codec(), codec)
+		}
+	}
 	if clean {
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
@@ -89,9 +100,16 @@ func cloneMem(t *testing.T, src *vfs.Mem) *vfs.Mem {
 // every position of the last batch: each must recover by truncating to the
 // batches before it. Flipping any byte of an earlier batch must fail the
 // open with a CorruptionError naming the file and the batch's position.
+// Compressed batches (inflated by the recovery scan) recover the same.
 func TestTailCorruptionSweep(t *testing.T) {
+	for _, codec := range []Compression{Uncompressed, Snappy} {
+		t.Run(codec.String(), func(t *testing.T) { testTailCorruptionSweep(t, codec) })
+	}
+}
+
+func testTailCorruptionSweep(t *testing.T, codec Compression) {
 	const batches = 3
-	base, want, ranges := sweepSetup(t, batches, false)
+	base, want, ranges := sweepSetup(t, batches, false, codec)
 	last := ranges[batches-1]
 	wantBefore := want[:2*(batches-1)]
 	check := func(t *testing.T, fs *vfs.Mem, what string) {
@@ -150,7 +168,7 @@ func TestTailCorruptionSweep(t *testing.T) {
 // TestUnsafeTruncateCorruptTail: damage followed by valid batches fails
 // the open, and opens only when the operator asks for the truncation.
 func TestUnsafeTruncateCorruptTail(t *testing.T) {
-	base, want, ranges := sweepSetup(t, 3, false)
+	base, want, ranges := sweepSetup(t, 3, false, Uncompressed)
 	fs := cloneMem(t, base)
 	fs.Corrupt(sweepSeg, func(b []byte) []byte { b[ranges[1][0]+20] ^= 1; return b })
 	var ce *CorruptionError
@@ -172,7 +190,7 @@ func TestUnsafeTruncateCorruptTail(t *testing.T) {
 // clean close: that batch was durable, so this is damage, not a torn
 // write, and must be reported, at open or at read.
 func TestCleanShutdownTailCorruption(t *testing.T) {
-	base, _, ranges := sweepSetup(t, 3, true)
+	base, _, ranges := sweepSetup(t, 3, true, Uncompressed)
 	last := ranges[2]
 	for pos := last[0]; pos < last[1]; pos += 7 {
 		fs := cloneMem(t, base)

@@ -33,19 +33,24 @@ type BatchInfo struct {
 // DecodeBatchInfo verifies an encoded batch (checksum and structure) and
 // describes it.
 func DecodeBatchInfo(b []byte) (BatchInfo, error) {
+	info, _, err := decodeBatchInfo(b)
+	return info, err
+}
+
+func decodeBatchInfo(b []byte) (BatchInfo, batchHeader, error) {
 	h, err := parseBatch(b, true)
 	if err != nil {
-		return BatchInfo{}, err
+		return BatchInfo{}, h, err
 	}
 	if h.size() != len(b) {
-		return BatchInfo{}, fmt.Errorf("%d trailing bytes after the batch: %w", len(b)-h.size(), errBadLength)
+		return BatchInfo{}, h, fmt.Errorf("%d trailing bytes after the batch: %w", len(b)-h.size(), errBadLength)
 	}
 	info := BatchInfo{BaseOffset: h.baseOffset, NextOffset: h.nextOffset(), Term: h.term, Index: h.index,
 		Control: h.attributes&attrControl != 0, Records: h.recordCount}
 	if info.Control {
 		info.Data = h.sourcePos
 	}
-	return info, nil
+	return info, h, nil
 }
 
 // EncodeBatch encodes recs as one batch at baseOffset with a replication
