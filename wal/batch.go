@@ -459,11 +459,9 @@ func (bb *batchBuilder) encodeRecords(recs []Record, sourcePos []byte, hasSource
 	}
 	bb.codec = Uncompressed
 	if codec != Uncompressed && len(recs) > 0 {
-		z, ok := compressRecords(append(bb.zbuf[:0], bb.buf[:bb.recordsAt]...), codec, bb.buf[bb.recordsAt:])
-		if ok {
-			bb.buf, bb.zbuf, bb.codec = z, bb.buf, codec
-		} else {
-			bb.zbuf = z
+		var ok bool
+		if bb.buf, bb.zbuf, ok = compressBatch(bb.buf, bb.zbuf, bb.recordsAt, codec); ok {
+			bb.codec = codec
 		}
 	}
 	bb.recordsCRC = crc32.Update(0, castagnoli, bb.buf[bb.recordsAt:])

@@ -274,11 +274,9 @@ func (p *partition) rewriteSegment(s *segment, keys map[string]int64, lastBatch 
 			// (uncompressed if that no longer makes them smaller).
 			codec := Uncompressed
 			if h.codec() != Uncompressed {
-				z, ok := compressRecords(append(zbuf[:0], buf[:h.recordsAt]...), h.codec(), buf[h.recordsAt:])
-				if ok {
-					buf, zbuf, codec = z, buf, h.codec()
-				} else {
-					zbuf = z
+				var ok bool
+				if buf, zbuf, ok = compressBatch(buf, zbuf, h.recordsAt, h.codec()); ok {
+					codec = h.codec()
 				}
 			}
 			be.PutUint16(buf[offAttributes:], uint16(h.attributes&^attrCodec|int16(codec)))

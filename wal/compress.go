@@ -124,6 +124,18 @@ func compressRecords(dst []byte, c Compression, src []byte) ([]byte, bool) {
 	return dst, true
 }
 
+// compressBatch compresses the records of the batch in buf (from
+// recordsAt) into spare, after a copy of the header. It returns the
+// compressed batch and buf as the next spare; or, when codec does not make
+// the records smaller, buf and spare (ok false).
+func compressBatch(buf, spare []byte, recordsAt int, codec Compression) (out, nextSpare []byte, ok bool) {
+	z, ok := compressRecords(append(spare[:0], buf[:recordsAt]...), codec, buf[recordsAt:])
+	if !ok {
+		return buf, z, false
+	}
+	return z, buf, true
+}
+
 // growTo makes room for n more bytes after len(b).
 func growTo(b []byte, n int) []byte {
 	if cap(b)-len(b) < n {

@@ -76,8 +76,9 @@ func (pb *PreparedBatch) Compress(codec Compression) {
 	if bb.codec != Uncompressed || codec == Uncompressed || bb.count == 0 {
 		return
 	}
-	if z, ok := compressRecords(append(bb.zbuf[:0], bb.buf[:bb.recordsAt]...), codec, bb.buf[bb.recordsAt:]); ok {
-		bb.buf, bb.zbuf, bb.codec = z, bb.buf, codec
+	var ok bool
+	if bb.buf, bb.zbuf, ok = compressBatch(bb.buf, bb.zbuf, bb.recordsAt, codec); ok {
+		bb.codec = codec
 		bb.recordsCRC = crc32.Update(0, castagnoli, bb.buf[bb.recordsAt:])
 		pb.h.attributes = pb.h.attributes&^attrCodec | int16(codec)
 		pb.h.length = int32(len(bb.buf) - lengthPrefix)
