@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -41,87 +38,6 @@ import (
 
 const benchRows = 1_000_000
 
-func benchRounds() int {
-	if n, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROUNDS")); err == nil && n > 0 {
-		return n
-	}
-	return 3
-}
-
-// benchPhase reports whether phase runs (all run unless SLUICE_BENCH_ONLY names one).
-func benchPhase(phase string) bool {
-	only := os.Getenv("SLUICE_BENCH_ONLY")
-	return only == "" || only == phase
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// rounds collects per-round durations and CPU times of named phases and reports medians.
-type rounds struct {
-	wall map[string][]time.Duration
-	cpu  map[string][]time.Duration
-}
-
-func newRounds() *rounds {
-	return &rounds{wall: map[string][]time.Duration{}, cpu: map[string][]time.Duration{}}
-}
-
-// cpuTime is the CPU time (user and system) this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// measure runs phase and records its duration (as fn reports it) and the CPU time the process
-// used meanwhile (the servers' CPU is not counted).
-func (r *rounds) measure(phase string, fn func() time.Duration) {
-	c0 := cpuTime()
-	d := fn()
-	r.wall[phase] = append(r.wall[phase], d)
-	r.cpu[phase] = append(r.cpu[phase], cpuTime()-c0)
-}
-
-// report reports each phase's median rate and CPU time per row and, against base, the median
-// per-round ratio of the base's duration to the phase's (a rate ratio: 0.5 = half as fast as
-// the baseline).
-func (r *rounds) report(b *testing.B, base string, phases ...string) {
-	rate := func(p string) {
-		var xs, cs []float64
-		for i, d := range r.wall[p] {
-			xs = append(xs, benchRows/d.Seconds())
-			cs = append(cs, float64(r.cpu[p][i].Nanoseconds())/benchRows)
-		}
-		if len(xs) > 0 {
-			b.ReportMetric(median(xs), p+"_rows/s")
-			b.ReportMetric(median(cs), p+"_cpu_ns/row")
-		}
-	}
-	rate(base)
-	for _, p := range phases {
-		rate(p)
-		if len(r.wall[base]) != len(r.wall[p]) {
-			continue
-		}
-		var xs []float64
-		for i := range r.wall[p] {
-			xs = append(xs, r.wall[base][i].Seconds()/r.wall[p][i].Seconds())
-		}
-		b.ReportMetric(median(xs), p+"/"+base)
-	}
-	b.ReportMetric(peakRSSMiB(), "peak_rss_MiB")
-}
-
 func benchConfig(m *harness.MariaDB, db string, extra map[string]string) map[string]string {
 	cfg := map[string]string{
 		"database.hostname": m.Host, "database.port": strconv.Itoa(m.Port),
@@ -132,18 +48,6 @@ func benchConfig(m *harness.MariaDB, db string, extra map[string]string) map[str
 		cfg[k] = v
 	}
 	return cfg
-}
-
-func peakRSSMiB() float64 {
-	b, _ := os.ReadFile("/proc/self/status")
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			f := strings.Fields(line)
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
 
 func head(b *testing.B, c *client.Conn) (string, uint32) {
@@ -253,10 +157,10 @@ func BenchmarkBinlogDrain(b *testing.B) {
 	bl := &drainBacklog
 	b.ResetTimer()
 	for range b.N {
-		r := newRounds()
-		for range benchRounds() {
-			if benchPhase("raw") {
-				r.measure("raw", func() time.Duration {
+		r := harness.NewRounds(benchRows)
+		for range harness.BenchRounds() {
+			if harness.BenchPhase("raw") {
+				r.Measure("raw", func() time.Duration {
 					t0 := time.Now()
 					if n := rawDrain(b, m, bl.file, bl.pos, bl.end); n != benchRows {
 						b.Fatalf("raw decode saw %d rows, want %d", n, benchRows)
@@ -264,17 +168,17 @@ func BenchmarkBinlogDrain(b *testing.B) {
 					return time.Since(t0)
 				})
 			}
-			if benchPhase("source") {
-				r.measure("source", func() time.Duration {
+			if harness.BenchPhase("source") {
+				r.Measure("source", func() time.Duration {
 					return drainSource(b, benchConfig(m, bl.db, map[string]string{"snapshot.mode": "never"}), bl.file, bl.pos, benchRows)
 				})
 			}
-			if benchPhase("log") {
+			if harness.BenchPhase("log") {
 				cfg := benchConfig(m, bl.db, map[string]string{"snapshot.mode": "never", "database.server.id": "7001"})
-				r.measure("log", func() time.Duration { return intoLog(b, cfg, "bench."+bl.db+".t", benchRows) })
+				r.Measure("log", func() time.Duration { return intoLog(b, cfg, "bench."+bl.db+".t", benchRows) })
 			}
 		}
-		r.report(b, "raw", "source", "log")
+		r.Report(b, "raw", "source", "log")
 	}
 }
 
@@ -380,22 +284,22 @@ func BenchmarkSnapshot(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		r := newRounds()
-		for range benchRounds() {
-			if benchPhase("select") {
-				r.measure("select", func() time.Duration { return selectAll(b, m, db) })
+		r := harness.NewRounds(benchRows)
+		for range harness.BenchRounds() {
+			if harness.BenchPhase("select") {
+				r.Measure("select", func() time.Duration { return selectAll(b, m, db) })
 			}
-			if benchPhase("snapshot") {
-				r.measure("snapshot", func() time.Duration { return snapshotAlone(b, m, db) })
+			if harness.BenchPhase("snapshot") {
+				r.Measure("snapshot", func() time.Duration { return snapshotAlone(b, m, db) })
 			}
-			if benchPhase("log") {
+			if harness.BenchPhase("log") {
 				cfg := benchConfig(m, db, map[string]string{"snapshot.mode": "initial_only", "snapshot.locking.mode": "none", "database.server.id": "7002"})
-				r.measure("log", func() time.Duration { return intoLog(b, cfg, "bench."+db+".t", benchRows) })
+				r.Measure("log", func() time.Duration { return intoLog(b, cfg, "bench."+db+".t", benchRows) })
 			}
 		}
-		r.report(b, "select", "snapshot", "log")
+		r.Report(b, "select", "snapshot", "log")
 		if len(snapshotOpens) > 0 {
-			b.ReportMetric(median(snapshotOpens), "snapshot_open_ms")
+			b.ReportMetric(harness.Median(snapshotOpens), "snapshot_open_ms")
 		}
 		snapshotOpens = nil
 	}

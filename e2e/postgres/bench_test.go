@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-cdc/sluice/connect"
 	"github.com/sluice-cdc/sluice/connect/runtime"
+	"github.com/sluice-cdc/sluice/e2e/harness"
 	"github.com/sluice-cdc/sluice/sources/postgres"
 	"github.com/sluice-cdc/sluice/wal"
 )
@@ -31,11 +32,12 @@ import (
 //	  parses every message, by the source alone (Read + Ack), and by the source under the
 //	  runtime into the log (fsync on).
 //	BenchmarkSnapshot: a 1M-row table read by COPY (SELECT ...) TO STDOUT into io.Discard,
-//	  by the source's snapshot alone and by the snapshot under the runtime into the log.
+//	  by the source's snapshot alone and by the snapshot under the runtime into the log, in
+//	  SLUICE_BENCH_ROUNDS rounds (default 3) of the three one after the other; it reports the
+//	  medians of the rates and of the per-round ratios to COPY, so that a busy machine slows
+//	  baseline and subject alike. SLUICE_BENCH_ONLY=copy|snapshot|log runs one phase alone.
 
 const benchRows = 1_000_000
-
-func peakRSSMiB() float64 { return procHWM(os.Getpid()) }
 
 // cpuTime is the CPU time this process has used so far. The servers' work is not in it, so
 // per-row CPU compares what sluice's own code costs, less disturbed by a busy machine than
@@ -255,7 +257,7 @@ func BenchmarkBacklogDrain(b *testing.B) {
 		b.ReportMetric(rows/intoLog.Seconds(), "log_rows/s")
 		b.ReportMetric(bare.Seconds()/alone.Seconds(), "source/bare")
 		b.ReportMetric(bare.Seconds()/intoLog.Seconds(), "log/bare")
-		b.ReportMetric(peakRSSMiB(), "peak_rss_MiB")
+		b.ReportMetric(harness.PeakRSSMiB(os.Getpid()), "peak_rss_MiB")
 		for _, s := range slots {
 			d.exec(b, "SELECT pg_drop_replication_slot('"+s+"')")
 		}
@@ -269,40 +271,52 @@ func BenchmarkSnapshot(b *testing.B) {
 	d.exec(b, "CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, s text NOT NULL, t timestamptz NOT NULL)",
 		fmt.Sprintf("INSERT INTO items SELECT g, g %% 1000, 'row ' || g, now() FROM generate_series(1, %d) g", benchRows),
 		"VACUUM ANALYZE items")
+	pid := d.pg.PID()
 	b.ResetTimer()
 	for range b.N {
-		conn, err := pgconn.Connect(context.Background(), d.pg.ConnStringFor(d.pg.User, d.name, false))
-		if err != nil {
-			b.Fatal(err)
+		r := harness.NewRounds(benchRows)
+		var copyServer, logServer []float64 // the server's CPU microseconds per row
+		for range harness.BenchRounds() {
+			if harness.BenchPhase("copy") {
+				s0 := serverCPU(b, pid)
+				r.Measure("copy", func() time.Duration { return copyOut(b, d) })
+				copyServer = append(copyServer, float64((serverCPU(b, pid)-s0).Microseconds())/benchRows)
+			}
+			cfg := d.sourceConfig(map[string]string{"snapshot.mode": "initial_only"})
+			if harness.BenchPhase("snapshot") {
+				r.Measure("snapshot", func() time.Duration { return sourceDrain(b, cfg, benchRows) })
+			}
+			if harness.BenchPhase("log") {
+				cfg["topic.prefix"] = "snap"
+				s0 := serverCPU(b, pid)
+				r.Measure("log", func() time.Duration { return logDrain(b, cfg, "snap.public.items", benchRows) })
+				logServer = append(logServer, float64((serverCPU(b, pid)-s0).Microseconds())/benchRows)
+			}
 		}
-		pid := d.pg.PID()
-		s0 := serverCPU(b, pid)
-		t0 := time.Now()
-		tag, err := conn.CopyTo(context.Background(), io.Discard, "COPY (SELECT * FROM items) TO STDOUT")
-		copyTook := time.Since(t0)
-		copyServer := serverCPU(b, pid) - s0
-		conn.Close(context.Background())
-		if err != nil || tag.RowsAffected() != benchRows {
-			b.Fatalf("copy: %v (%d rows)", err, tag.RowsAffected())
+		r.Report(b, "copy", "snapshot", "log")
+		if len(copyServer) > 0 {
+			b.ReportMetric(harness.Median(copyServer), "copy_server_cpu_us/row")
 		}
-		cfg := d.sourceConfig(map[string]string{"snapshot.mode": "initial_only", "max.batch.size": "2048"})
-		rows := float64(benchRows)
-		alone, aloneCPU := cpuPerRow(b, rows, func() time.Duration { return sourceDrain(b, cfg, benchRows) })
-		cfg["topic.prefix"] = "snap"
-		s0 = serverCPU(b, pid)
-		intoLog, logCPU := cpuPerRow(b, rows, func() time.Duration { return logDrain(b, cfg, "snap.public.items", benchRows) })
-		logServer := serverCPU(b, pid) - s0
-		b.ReportMetric(float64(copyServer.Microseconds())/rows, "copy_server_cpu_us/row")
-		b.ReportMetric(float64(logServer.Microseconds())/rows, "log_server_cpu_us/row")
-		b.ReportMetric(aloneCPU, "snapshot_cpu_us/row")
-		b.ReportMetric(logCPU, "log_cpu_us/row")
-		b.ReportMetric(rows/copyTook.Seconds(), "copy_rows/s")
-		b.ReportMetric(rows/alone.Seconds(), "snapshot_rows/s")
-		b.ReportMetric(rows/intoLog.Seconds(), "log_rows/s")
-		b.ReportMetric(copyTook.Seconds()/alone.Seconds(), "snapshot/copy")
-		b.ReportMetric(copyTook.Seconds()/intoLog.Seconds(), "log/copy")
-		b.ReportMetric(peakRSSMiB(), "peak_rss_MiB")
+		if len(logServer) > 0 {
+			b.ReportMetric(harness.Median(logServer), "log_server_cpu_us/row")
+		}
 	}
+}
+
+// copyOut streams COPY (SELECT * FROM items) TO STDOUT into io.Discard.
+func copyOut(b *testing.B, d *database) time.Duration {
+	conn, err := pgconn.Connect(context.Background(), d.pg.ConnStringFor(d.pg.User, d.name, false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	t0 := time.Now()
+	tag, err := conn.CopyTo(context.Background(), io.Discard, "COPY (SELECT * FROM items) TO STDOUT")
+	took := time.Since(t0)
+	if err != nil || tag.RowsAffected() != benchRows {
+		b.Fatalf("copy: %v (%d rows)", err, tag.RowsAffected())
+	}
+	return took
 }
 
 // walOpts returns the log options of the benchmark: the default fsync, or no fsync with

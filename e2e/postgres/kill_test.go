@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/e2e/harness"
 )
 
 // checkLog folds the topic of table items (per partition, in order) and compares it with the
@@ -254,10 +255,10 @@ func TestHugeTransactionRSS(t *testing.T) {
 	var hwm float64
 	// the slot confirms only what the log holds: wait until it passes the insert
 	for slotConfirmed(t, d) < target && time.Since(t0) < 5*time.Minute {
-		hwm = max(hwm, procHWM(cmd.Process.Pid))
+		hwm = max(hwm, harness.PeakRSSMiB(cmd.Process.Pid))
 		time.Sleep(500 * time.Millisecond)
 	}
-	hwm = max(hwm, procHWM(cmd.Process.Pid))
+	hwm = max(hwm, harness.PeakRSSMiB(cmd.Process.Pid))
 	stopGracefully(t, dir, cmd)
 	recs := readTopic(t, dir, "pg.public.items")
 	seen := make([]bool, rows+1)

@@ -4,7 +4,6 @@
 package postgres_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -373,21 +372,4 @@ func slotConfirmed(t testing.TB, d *database) pglogrepl.LSN {
 	}
 	lsn, _ := pglogrepl.ParseLSN(*s)
 	return lsn
-}
-
-// procHWM returns a process's peak RSS in MiB (VmHWM of /proc/pid/status).
-func procHWM(pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			n, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			return n / 1024
-		}
-	}
-	return -1
 }

@@ -1,0 +1,114 @@
+package harness
+
+import (
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchRounds is the number of rounds a benchmark iteration runs: SLUICE_BENCH_ROUNDS, or 3.
+func BenchRounds() int {
+	if n, err := strconv.Atoi(os.Getenv("SLUICE_BENCH_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
+
+// BenchPhase reports whether a benchmark phase runs: all run unless SLUICE_BENCH_ONLY names
+// one (to profile a phase alone).
+func BenchPhase(phase string) bool {
+	only := os.Getenv("SLUICE_BENCH_ONLY")
+	return only == "" || only == phase
+}
+
+// Median is the median of xs (0 when empty).
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Rounds collects the per-round durations and CPU times of a benchmark's named phases (a
+// baseline and its subjects, run one after the other in each round) and reports medians, so
+// that a busy machine slows baseline and subject alike.
+type Rounds struct {
+	rows float64 // rows each phase handles
+	wall map[string][]time.Duration
+	cpu  map[string][]time.Duration
+}
+
+// NewRounds returns an empty collection for phases that each handle rows rows.
+func NewRounds(rows int) *Rounds {
+	return &Rounds{rows: float64(rows), wall: map[string][]time.Duration{}, cpu: map[string][]time.Duration{}}
+}
+
+// ProcessCPU is the CPU time (user and system) this process has used.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Measure runs phase and records its duration (as fn reports it) and the CPU time the process
+// used meanwhile (the servers' CPU is not counted).
+func (r *Rounds) Measure(phase string, fn func() time.Duration) {
+	c0 := ProcessCPU()
+	d := fn()
+	r.wall[phase] = append(r.wall[phase], d)
+	r.cpu[phase] = append(r.cpu[phase], ProcessCPU()-c0)
+}
+
+// Report reports each phase's median rate and CPU time per row and, against base, the median
+// per-round ratio of the base's duration to the phase's (a rate ratio: 0.5 = half as fast as
+// the baseline), and the process's peak RSS.
+func (r *Rounds) Report(b *testing.B, base string, phases ...string) {
+	rate := func(p string) {
+		var xs, cs []float64
+		for i, d := range r.wall[p] {
+			xs = append(xs, r.rows/d.Seconds())
+			cs = append(cs, float64(r.cpu[p][i].Nanoseconds())/r.rows)
+		}
+		if len(xs) > 0 {
+			b.ReportMetric(Median(xs), p+"_rows/s")
+			b.ReportMetric(Median(cs), p+"_cpu_ns/row")
+		}
+	}
+	rate(base)
+	for _, p := range phases {
+		rate(p)
+		if len(r.wall[base]) != len(r.wall[p]) {
+			continue
+		}
+		var xs []float64
+		for i := range r.wall[p] {
+			xs = append(xs, r.wall[base][i].Seconds()/r.wall[p][i].Seconds())
+		}
+		b.ReportMetric(Median(xs), p+"/"+base)
+	}
+	b.ReportMetric(PeakRSSMiB(os.Getpid()), "peak_rss_MiB")
+}
+
+// PeakRSSMiB is the peak resident set size (VmHWM) of process pid in MiB, 0 if unknown.
+func PeakRSSMiB(pid int) float64 {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseFloat(f[0], 64)
+				return kb / 1024
+			}
+		}
+	}
+	return 0
+}
