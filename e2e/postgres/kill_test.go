@@ -277,6 +277,9 @@ func TestHugeTransactionRSS(t *testing.T) {
 		t.Fatalf("%d records in the log, want %d\n%s", len(recs), rows, logTail(dir))
 	}
 	t.Logf("%d rows in %v; peak RSS of sluice %.0f MiB (bound %d MiB)", rows, time.Since(t0).Round(time.Second), hwm, hugeRSSBoundMiB)
+	if hwm <= 0 {
+		t.Fatal("the peak RSS of sluice was never read")
+	}
 	if hwm > hugeRSSBoundMiB {
 		t.Fatalf("peak RSS %.0f MiB, bound %d MiB", hwm, hugeRSSBoundMiB)
 	}
