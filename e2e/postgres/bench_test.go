@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,17 +37,6 @@ import (
 //	  baseline and subject alike. SLUICE_BENCH_ONLY=copy|snapshot|log runs one phase alone.
 
 const benchRows = 1_000_000
-
-// cpuTime is the CPU time this process has used so far. The servers' work is not in it, so
-// per-row CPU compares what sluice's own code costs, less disturbed by a busy machine than
-// the rates are.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // serverCPU is the CPU time the PostgreSQL server whose postmaster is pid has used so far: the
 // postmaster's (with its ended children's, which it reaped) and its running children's.
@@ -84,11 +72,11 @@ func serverCPU(b *testing.B, pid int) time.Duration {
 	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ
 }
 
-// cpuPerRow returns the CPU microseconds per row the process spent in run, and run's result.
+// cpuPerRow returns the CPU nanoseconds per row the process spent in run, and run's result.
 func cpuPerRow(b *testing.B, rows float64, run func() time.Duration) (time.Duration, float64) {
-	c := cpuTime(b)
+	c := harness.ProcessCPU()
 	took := run()
-	return took, float64((cpuTime(b) - c).Microseconds()) / rows
+	return took, float64((harness.ProcessCPU() - c).Nanoseconds()) / rows
 }
 
 func createSlot(b *testing.B, d *database, name string) pglogrepl.LSN {
@@ -249,9 +237,9 @@ func BenchmarkBacklogDrain(b *testing.B) {
 		cfg["slot.name"] = slots[2]
 		intoLog, logCPU := cpuPerRow(b, rows, func() time.Duration { return logDrain(b, cfg, "pg.public.items", benchRows+1) })
 		b.StopTimer()
-		b.ReportMetric(bareCPU, "bare_cpu_us/row")
-		b.ReportMetric(aloneCPU, "source_cpu_us/row")
-		b.ReportMetric(logCPU, "log_cpu_us/row")
+		b.ReportMetric(bareCPU, "bare_cpu_ns/row")
+		b.ReportMetric(aloneCPU, "source_cpu_ns/row")
+		b.ReportMetric(logCPU, "log_cpu_ns/row")
 		b.ReportMetric(rows/bare.Seconds(), "bare_rows/s")
 		b.ReportMetric(rows/alone.Seconds(), "source_rows/s")
 		b.ReportMetric(rows/intoLog.Seconds(), "log_rows/s")
