@@ -323,11 +323,15 @@ func TestKillLoop(t *testing.T) {
 	check(n)
 	t.Logf("source records replayed and dropped per run: %v; sink records redelivered per run: %v", sourceSkipped, sinkReplays)
 	for i, k := range sourceSkipped {
-		// The committed position trails the appends by at most the flush interval plus the
-		// batches in flight (reader, appender, committer); a record is at most 1.25 records
-		// per event (tombstones).
-		if limit := int64(killRate*killFlushMs/1000*5/4 + 3*killBatch*5/4); k > limit {
-			t.Errorf("run %d dropped %d replayed source records, more than a flush interval and three batches (%d)", i, k, limit)
+		// The committed position trails the appends by the flush interval plus the batches in
+		// flight (reader, appender, committer) and the time the commit itself takes (an append
+		// and an fsync); a record is at most 1.25 records per event (tombstones). Two and a half
+		// intervals leave room for slow commits on a busy machine: on an idle one a run stays
+		// within one interval (up to 684 records), under load 1271 were seen. A task that
+		// committed only at a graceful stop replays its whole run (up to 1.35 s of records):
+		// 1918 and 3936 in a run with that fault.
+		if limit := int64(killRate*killFlushMs*5/2/1000*5/4 + 3*killBatch*5/4); k > limit {
+			t.Errorf("run %d dropped %d replayed source records, more than two and a half flush intervals and three batches (%d)", i, k, limit)
 		}
 	}
 
