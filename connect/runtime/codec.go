@@ -15,9 +15,15 @@ import (
 
 // arena is a byte buffer that encoded keys, values and header values of one batch are cut from,
 // so encoding a batch allocates a few large buffers instead of three small ones per record.
-type arena struct{ buf []byte }
+type arena struct {
+	buf []byte
+	// version is the last Version header value cut from buf, until buf is reset: the records
+	// of a transaction or a snapshot share their Version
+	version      int64
+	versionBytes []byte
+}
 
-func (a *arena) reset() { a.buf = a.buf[:0] }
+func (a *arena) reset() { a.buf, a.versionBytes = a.buf[:0], nil }
 
 // take returns buf[start:] as an independent slice (its capacity ends at its length, so later
 // appends to the arena never write into it).
@@ -72,9 +78,12 @@ func (a *arena) encodeHeaders(hs []LogHeader, r *connect.Record) ([]LogHeader, [
 		hs = append(hs, LogHeader{Key: strings.Clone(h.Key), Value: v})
 	}
 	if r.Version != 0 {
-		b := len(a.buf)
-		a.buf = strconv.AppendInt(a.buf, r.Version, 10)
-		hs = append(hs, LogHeader{Key: connect.HeaderVersion, Value: a.take(b)})
+		if a.versionBytes == nil || a.version != r.Version {
+			b := len(a.buf)
+			a.buf = strconv.AppendInt(a.buf, r.Version, 10)
+			a.version, a.versionBytes = r.Version, a.take(b)
+		}
+		hs = append(hs, LogHeader{Key: connect.HeaderVersion, Value: a.versionBytes})
 	}
 	if len(hs) == start {
 		return hs, nil

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -122,5 +123,36 @@ func TestDecodedRecycled(t *testing.T) {
 		if got, _ := r.Value.(connect.Row).Get("n"); got != want {
 			t.Fatalf("kept record %d holds %v, want %d", i, got, want)
 		}
+	}
+}
+
+// Records that share a Version share its header bytes while the arena lives; after a reset,
+// whose memory the next batch overwrites, the header is written again.
+func TestVersionHeaderReuse(t *testing.T) {
+	a := arena{buf: make([]byte, 0, 4096)} // room for all: a reset makes the next bytes overwrite these
+	header := func(hs []LogHeader) string {
+		for _, h := range hs {
+			if h.Key == connect.HeaderVersion {
+				return string(h.Value)
+			}
+		}
+		return "<none>"
+	}
+	var got []string
+	for _, v := range []int64{5, 5, 7, 5, 0, 5} {
+		_, hs := a.encodeHeaders(nil, &connect.Record{Version: v})
+		got = append(got, header(hs))
+	}
+	if want := []string{"5", "5", "7", "5", "<none>", "5"}; !slices.Equal(got, want) {
+		t.Fatalf("version headers %q, want %q", got, want)
+	}
+	a.encodeHeaders(nil, &connect.Record{Version: 123456})
+	a.reset()
+	if _, err := a.encodeValue("overwrite the arena's first bytes", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, again := a.encodeHeaders(nil, &connect.Record{Version: 123456})
+	if header(again) != "123456" {
+		t.Fatalf("after a reset the version header reads %q, want 123456", header(again))
 	}
 }

@@ -323,7 +323,7 @@ func (t *sourceTask) add(ctx context.Context, b *sourceBatch, r *connect.Record)
 	case part >= n:
 		return t.reject(ctx, b, r, stageProduce, t.c.Plugin.Class(), fmt.Errorf("partition %d does not exist: topic %s has %d", part, r.Topic, n))
 	case part >= 0:
-	case key == nil:
+	case key == nil || n == 1:
 		part = 0
 	default:
 		part = wal.Partition(key, n)

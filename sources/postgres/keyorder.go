@@ -107,7 +107,7 @@ func infinite(mod pgtype.InfinityModifier, v int64) int64 {
 }
 
 func encodeIntKey(dst, src []byte) ([]byte, error) {
-	n, err := strconv.ParseInt(string(src), 10, 64)
+	n, err := parseInt(src)
 	if err != nil {
 		return nil, fmt.Errorf("integer key %q: %w", src, err)
 	}

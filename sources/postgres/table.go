@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/jackc/pglogrepl"
 
@@ -146,7 +144,7 @@ func (t *table) decode(get func(i int) (byte, []byte)) error {
 				v, err = c.decode(b)
 			}
 		case c.fast == fastInt && t.slab != nil:
-			if n, perr := strconv.ParseInt(unsafe.String(unsafe.SliceData(b), len(b)), 10, 64); perr == nil {
+			if n, perr := parseInt(b); perr == nil {
 				v = t.slab.Int(n)
 			} else {
 				v, err = c.decode(b) // its error names the text
