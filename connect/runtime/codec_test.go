@@ -139,9 +139,16 @@ func TestVersionHeaderReuse(t *testing.T) {
 		return "<none>"
 	}
 	var got []string
-	for _, v := range []int64{5, 5, 7, 5, 0, 5} {
+	var first []byte // the first record's header bytes
+	for i, v := range []int64{5, 5, 7, 5, 0, 5} {
 		_, hs := a.encodeHeaders(nil, &connect.Record{Version: v})
 		got = append(got, header(hs))
+		switch {
+		case i == 0:
+			first = hs[0].Value
+		case i == 1 && &hs[0].Value[0] != &first[0]:
+			t.Fatal("two records of one Version in a row got header bytes of their own")
+		}
 	}
 	if want := []string{"5", "5", "7", "5", "<none>", "5"}; !slices.Equal(got, want) {
 		t.Fatalf("version headers %q, want %q", got, want)
