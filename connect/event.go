@@ -164,6 +164,13 @@ var ErrNotChangeEvent = errors.New("value is not a change event")
 // fields (e.g. Debezium's "transaction" or "ts_us") are ignored. A value without an "op" field
 // is not a change event: the error wraps ErrNotChangeEvent.
 func ParseChangeEvent(v any) (*ChangeEvent, error) {
+	if raw, ok := v.(RawJSON); ok {
+		x, err := Materialize(raw)
+		if err != nil {
+			return nil, fmt.Errorf("change event: %w", err)
+		}
+		v = x
+	}
 	row, ok := v.(Row)
 	if !ok {
 		return nil, fmt.Errorf("change event: %w (got %s)", ErrNotChangeEvent, typeName(v))

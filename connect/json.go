@@ -335,6 +335,11 @@ func appendValue(dst []byte, v any, depth int, nc *nameCache) ([]byte, error) {
 		return appendString(dst, x), nil
 	case int64:
 		return appendInt(dst, x), nil
+	case RawJSON:
+		if len(x) == 0 {
+			return dst, errors.New("raw JSON value is empty")
+		}
+		return append(dst, x...), nil
 	case int:
 		return appendInt(dst, int64(x)), nil
 	case int32:
@@ -445,6 +450,12 @@ func appendFloat(dst []byte, f float64, bits int) []byte {
 }
 
 const hexDigits = "0123456789abcdef"
+
+// AppendJSONText appends b, text, as a JSON string: as AppendJSON renders string(b), without
+// the copy.
+func AppendJSONText(dst, b []byte) []byte {
+	return appendString(dst, unsafe.String(unsafe.SliceData(b), len(b)))
+}
 
 // appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as in encoding/json;
 // unlike it, <, > and & are not escaped (the output is not meant for HTML).
@@ -1133,6 +1144,7 @@ var (
 	typInt64   = typeWord(int64(0))
 	typFloat64 = typeWord(float64(0))
 	typRow     = typeWord(Row(nil))
+	typRawJSON = typeWord(RawJSON(nil))
 	typArray   = typeWord([]any(nil))
 )
 

@@ -1,6 +1,7 @@
 package connect
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -30,6 +31,28 @@ type Record struct {
 
 // IsTombstone reports whether the record deletes its key (a nil value).
 func (r Record) IsTombstone() bool { return r.Value == nil }
+
+// RawJSON is a key or value that a source rendered as JSON text itself: one complete JSON
+// value, exactly as AppendJSON renders the value it stands for (never JSON null: a nil Value
+// is the tombstone). AppendJSON copies it unchanged, so a source that renders rows straight
+// from its wire format spares building them as Rows and rendering them again. It is a
+// rendering, not a type of the data model: the runtime parses it (Materialize) before any
+// transform or predicate sees the record, so they only ever meet the data model's types.
+type RawJSON []byte
+
+// Materialize returns v with a RawJSON parsed into the value it renders; any other value is
+// returned as it is.
+func Materialize(v any) (any, error) {
+	raw, ok := v.(RawJSON)
+	if !ok {
+		return v, nil
+	}
+	x, err := ParseJSON(raw)
+	if err != nil {
+		return nil, fmt.Errorf("raw JSON value: %w", err)
+	}
+	return x, nil
+}
 
 // Header names that sluice itself uses. Users' headers must not start with "__sluice.".
 const (
@@ -187,6 +210,11 @@ func CloneValue(v any) any {
 			return x
 		}
 		return append([]byte(nil), x...)
+	case RawJSON:
+		if x == nil {
+			return x
+		}
+		return append(RawJSON(nil), x...)
 	default:
 		return v
 	}

@@ -38,6 +38,7 @@ type Slab struct {
 	rows   []Row
 	fields []Field
 	text   []byte
+	raws   []RawJSON
 	held   *SlabChunks // the chunks taken from Pool since the last Detach
 }
 
@@ -49,6 +50,7 @@ type SlabChunks struct {
 	rows   [][]Row
 	fields [][]Field
 	text   [][]byte
+	raws   [][]RawJSON
 }
 
 // SlabPool keeps chunks given back for Slabs to take again: at most maxPooledChunks of a
@@ -86,6 +88,7 @@ func (p *SlabPool) Put(c *SlabChunks) {
 	keep(&p.chunks.rows, c.rows, n)
 	keep(&p.chunks.fields, c.fields, 2*n)
 	keep(&p.chunks.text, c.text, max(32*n, 4096))
+	keep(&p.chunks.raws, c.raws, n)
 }
 
 func keep[T any](free *[][]T, chunks [][]T, limit int) {
@@ -135,6 +138,7 @@ func floatsOf(c *SlabChunks) *[][]float64 { return &c.floats }
 func rowsOf(c *SlabChunks) *[][]Row       { return &c.rows }
 func fieldsOf(c *SlabChunks) *[][]Field   { return &c.fields }
 func textOf(c *SlabChunks) *[][]byte      { return &c.text }
+func rawsOf(c *SlabChunks) *[][]RawJSON   { return &c.raws }
 
 func (s *Slab) size() int {
 	if s.N > 0 {
@@ -180,6 +184,16 @@ func (s *Slab) Text(b []byte) string {
 	start := len(s.text)
 	s.text = append(s.text, b...)
 	return unsafe.String(&s.text[start], len(b))
+}
+
+// RawJSON returns a RawJSON holding a copy of b, boxed; the copy is cut from the Slab's text
+// chunk (see Bytes).
+func (s *Slab) RawJSON(b []byte) any {
+	if len(s.raws) == cap(s.raws) {
+		s.raws = chunk(s, rawsOf, s.size())
+	}
+	s.raws = append(s.raws, append(s.Bytes(len(b)), b...))
+	return box(typRawJSON, unsafe.Pointer(&s.raws[len(s.raws)-1]))
 }
 
 // Int returns n boxed.

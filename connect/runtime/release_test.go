@@ -23,6 +23,8 @@ import (
 // header keys and values live in that memory too.
 type recyclingSource struct {
 	connect.Source
+	// raw: keys and values go out as the JSON they render (connect.RawJSON), in that memory
+	raw            bool
 	mu             sync.Mutex
 	batches, freed int
 	releasedTwice  bool
@@ -65,6 +67,18 @@ func (s *slab) own(v any) any {
 	return v
 }
 
+// raw renders v into s as a connect.RawJSON (nil stays nil).
+func (s *slab) raw(v any) any {
+	if v == nil {
+		return nil
+	}
+	b, err := connect.AppendJSON(nil, v)
+	if err != nil {
+		panic(err)
+	}
+	return connect.RawJSON(s.bytes(string(b)))
+}
+
 func (s *slab) poison() {
 	for i := range s.data {
 		s.data[i] = 'X'
@@ -87,6 +101,9 @@ func (s *recyclingSource) Read(ctx context.Context) (connect.Batch, error) {
 	for i, r := range b.Records {
 		r.Key = mem.own(r.Key)
 		r.Value = mem.own(r.Value)
+		if s.raw {
+			r.Key, r.Value = mem.raw(r.Key), mem.raw(r.Value)
+		}
 		r.Headers = connect.Headers{{Key: mem.str("origin"), Value: mem.bytes("datagen")}}
 		recs[i] = r
 	}
@@ -109,16 +126,30 @@ func (s *recyclingSource) Read(ctx context.Context) (connect.Batch, error) {
 
 // A source may reuse a batch's memory once the runtime releases it (connect.Batch.Release):
 // the log holds the records as they were read, also their headers and the topics a transform
-// took from their values, and every batch is released once.
+// took from their values, and every batch is released once. So it does for a source that
+// renders its keys and values as JSON itself (connect.RawJSON): the log holds that rendering,
+// and a transform sees the values it renders (content_router reads value.source.table).
 func TestSourceBatchReleasedAfterEncoding(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		raw, chain bool
+	}{{"rows", false, true}, {"rendered", true, true}, {"rendered without transforms", true, false}} {
+		t.Run(tc.name, func(t *testing.T) { testBatchReleasedAfterEncoding(t, tc.raw, tc.chain) })
+	}
+}
+
+func testBatchReleasedAfterEncoding(t *testing.T, raw, chain bool) {
 	const events = 3000
 	log := runtimetest.NewLog()
 	var src *recyclingSource
-	h := transformHarness(t, log, recyclingPlugin(&src), 3)
-	cfg := datagenConfig(events, 40, 25,
-		"transforms", "route",
-		"transforms.route.type", "content_router",
-		"transforms.route.topic.expression", "value.source.table")
+	h := transformHarness(t, log, recyclingPlugin(&src, raw), 3)
+	cfg := datagenConfig(events, 40, 25)
+	if chain {
+		cfg = datagenConfig(events, 40, 25,
+			"transforms", "route",
+			"transforms.route.type", "content_router",
+			"transforms.route.topic.expression", "value.source.table")
+	}
 	h.add("gen", "recycling", cfg)
 	h.start()
 	h.waitCommitted(events)
@@ -133,7 +164,7 @@ func TestSourceBatchReleasedAfterEncoding(t *testing.T) {
 	for i := int64(0); i < events; i++ {
 		for _, r := range s.Records(i) {
 			topic := r.Topic
-			if ev, err := connect.ParseChangeEvent(r.Value); err == nil {
+			if ev, err := connect.ParseChangeEvent(r.Value); err == nil && chain {
 				tbl, _ := ev.Source.Get("table")
 				topic = tbl.(string)
 			}
@@ -178,12 +209,19 @@ func TestSourceBatchReleasedAfterEncoding(t *testing.T) {
 }
 
 // Records a transform rejects go to the dead-letter topic as they were read, with their
-// headers, although their batch's memory is released (and overwritten) once routed.
+// headers, although their batch's memory is released (and overwritten) once routed; so do
+// those of a source that renders its values itself (connect.RawJSON), as it rendered them.
 func TestSourceRejectedRecordReleased(t *testing.T) {
+	for _, raw := range []bool{false, true} {
+		t.Run(fmt.Sprintf("raw=%v", raw), func(t *testing.T) { testRejectedRecordReleased(t, raw) })
+	}
+}
+
+func testRejectedRecordReleased(t *testing.T, raw bool) {
 	const events = 1000
 	log := runtimetest.NewLog()
 	var src *recyclingSource
-	h := transformHarness(t, log, recyclingPlugin(&src), 0)
+	h := transformHarness(t, log, recyclingPlugin(&src, raw), 0)
 	// orders get a number for a topic: rejected
 	cfg := datagenConfig(events, 40, 25,
 		"transforms", "route",
@@ -229,12 +267,12 @@ func TestSourceRejectedRecordReleased(t *testing.T) {
 }
 
 // recyclingPlugin is datagen as a recyclingSource; *last is set to each new instance.
-func recyclingPlugin(last **recyclingSource) connect.Plugin {
+func recyclingPlugin(last **recyclingSource, raw bool) connect.Plugin {
 	p := datagen.Plugin()
 	inner := p.NewSource
 	p.Name, p.NewSource = "recycling", func(cfg connect.Config, env connect.Env) (connect.Source, error) {
 		in, err := inner(cfg, env)
-		*last = &recyclingSource{Source: in}
+		*last = &recyclingSource{Source: in, raw: raw}
 		return *last, err
 	}
 	return p

@@ -261,8 +261,18 @@ func (t *sourceTask) route(ctx context.Context, batch connect.Batch, b *sourceBa
 		in := &batch.Records[i]
 		out, keep := *in, true
 		if ch := t.c.Chain; ch != nil {
+			// transforms and predicates see the data model, never a source's rendering
 			var err error
-			out, keep, err = ch.Apply(*in)
+			if out.Key, err = connect.Materialize(out.Key); err == nil {
+				out.Value, err = connect.Materialize(out.Value)
+			}
+			if err != nil {
+				if err := t.reject(ctx, b, in, stageValueConverter, t.c.Plugin.Class(), err); err != nil {
+					return err
+				}
+				continue
+			}
+			out, keep, err = ch.Apply(out)
 			if err != nil {
 				if err := t.reject(ctx, b, in, stageTransformation, transformsClass(t.c.Config), err); err != nil {
 					return err
