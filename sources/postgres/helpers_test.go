@@ -215,6 +215,7 @@ func (l *memLog) add(t testing.TB, b connect.Batch) {
 			t.Fatalf("orders do not grow within a batch: %x after %x", r.Position.Order, prev)
 		}
 		prev = r.Position.Order
+		checkRendered(t, r)
 		if f := l.floor[r.Topic]; f != nil && bytes.Compare(r.Position.Order, f) <= 0 {
 			l.dropped++
 			continue
@@ -273,6 +274,43 @@ func jsonOf(t testing.TB, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// checkRendered fails unless a key or value the source rendered itself (connect.RawJSON) is
+// byte for byte what connect.AppendJSON makes of the value it parses to: the rendering that
+// the log stores is the one a Row of the same values would have had.
+func checkRendered(t testing.TB, r connect.Record) {
+	t.Helper()
+	for _, v := range []any{r.Key, r.Value} {
+		raw, ok := v.(connect.RawJSON)
+		if !ok {
+			continue
+		}
+		x, err := connect.Materialize(raw)
+		if err != nil {
+			t.Fatalf("record %s: rendered JSON %s: %v", r.Topic, raw, err)
+		}
+		if x == nil {
+			t.Fatalf("record %s: rendered JSON null", r.Topic)
+		}
+		if again := jsonOf(t, x); again != string(raw) {
+			t.Fatalf("record %s: rendered\n %s\nbut its value renders\n %s", r.Topic, raw, again)
+		}
+	}
+}
+
+// keyOf returns a record's key as a Row, parsing a rendered one.
+func keyOf(t testing.TB, r connect.Record) connect.Row {
+	t.Helper()
+	k, err := connect.Materialize(r.Key)
+	if err != nil {
+		t.Fatalf("record %s: key: %v", r.Topic, err)
+	}
+	row, ok := k.(connect.Row)
+	if !ok {
+		t.Fatalf("record %s: key %s is not a row", r.Topic, jsonOf(t, r.Key))
+	}
+	return row
 }
 
 // event fields of a record.

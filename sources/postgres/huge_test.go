@@ -89,7 +89,7 @@ func TestHugeTransaction(t *testing.T) {
 				t.Fatalf("order %x not above %x", r.Position.Order, last)
 			}
 			last = r.Position.Order
-			id := r.Key.(connect.Row)[0].Value.(int64)
+			id := keyOf(t, r)[0].Value.(int64)
 			if id < 1 || int(id) > rows || seen[id] {
 				t.Fatalf("row %d emitted twice or out of range", id)
 			}

@@ -65,6 +65,7 @@ type snapshotter struct {
 	pool    connect.SlabPool
 	heldGen *slabGen
 	recs    recordsPool
+	render  []byte // a row's JSON, before its copy into the slab
 }
 
 // slabGen is the slab chunks and the record slice of one snapshot batch. They go back to the
@@ -172,6 +173,9 @@ type snapTable struct {
 
 	statePrefix []byte // of the rows' position states
 	source      any    // the source block (a connect.Row), the same for every row of the table
+	sourceJSON  []byte // source, rendered
+	tail        []byte // the end of a row's value after its image: source, op, ts_ms (tailMs)
+	tailMs      int64
 	keyBuf      []byte // holds lastKey's bytes
 	orderBuf    []byte
 }
@@ -397,6 +401,11 @@ WHERE a.attrelid = $1 AND a.attname = ANY ($2)`, ref.OID, keyNames)
 	}
 	st.statePrefix = snapshotStatePrefix(s.epoch, sn.lsn, ref.Schema, ref.Name, sn.index)
 	st.source = s.sourceRow(t, sn.started.UnixMilli(), "true", nil, nil, int64(sn.lsn))
+	src, err := connect.AppendJSON(nil, st.source)
+	if err != nil {
+		return fmt.Errorf("snapshot of %s: source block: %w", ref, err)
+	}
+	st.sourceJSON = src
 	if r := sn.resume; r != nil && r.Schema == ref.Schema && r.Table == ref.Name {
 		st.rows = r.Rows
 		st.attempt = r.Attempt
@@ -499,7 +508,8 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 			return connect.Record{}, connect.Permanent(fmt.Errorf("snapshot of %s: %w", cur.ref, err))
 		}
 	}
-	err := t.decode(func(i int) (byte, []byte) {
+	buf := append(sn.render[:0], envelopeHead...)
+	buf, end, err := t.appendImageKey(buf, func(i int) (byte, []byte) {
 		if vals[i] == nil {
 			return kindNull, nil
 		}
@@ -531,20 +541,33 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 	}
 	cur.rows++
 	cur.chunkRows++
-	after, _, key := t.imageKey()
-	ev := &event{
-		op:      connect.OpRead,
-		after:   after,
-		key:     key,
-		commit:  sn.started,
-		version: sn.lsn,
-		source:  cur.source,
-		pos:     connect.Position{Order: snapshotOrder(&s.posSlab, s.epoch, sn.index, order, cur.attempt, cur.rows)},
+	r := connect.Record{
+		Topic:     t.topic,
+		Partition: -1,
+		Offset:    -1,
+		Timestamp: sn.started,
+		Version:   int64(sn.lsn),
+		Position:  connect.Position{Order: snapshotOrder(&s.posSlab, s.epoch, sn.index, order, cur.attempt, cur.rows)},
 	}
+	if t.key != nil {
+		r.Key = s.slab.RawJSON(buf[end:])
+	}
+	// the envelope ChangeEvent.Row renders: {"before":null,"after":…,"source":…,"op":"r","ts_ms":…}
+	if now := s.nowMs.(int64); cur.tail == nil || cur.tailMs != now {
+		cur.tail = append(append(cur.tail[:0], `,"source":`...), cur.sourceJSON...)
+		cur.tail = strconv.AppendInt(append(cur.tail, `,"op":"r","ts_ms":`...), now, 10)
+		cur.tail, cur.tailMs = append(cur.tail, '}'), now
+	}
+	buf = append(buf[:end], cur.tail...)
+	r.Value = s.slab.RawJSON(buf)
+	sn.render = buf[:0]
 	sn.mark(cur)
 	s.st.events.Add(1)
-	return s.record(t, ev), nil
+	return r, nil
 }
+
+// envelopeHead starts a snapshot record's value (see snapshotter.row).
+const envelopeHead = `{"before":null,"after":`
 
 // finishSnapshot ends the snapshot: the last row is marked "last", the transaction ends and
 // the batch carries the position where the stream starts.
@@ -573,6 +596,14 @@ func (s *Source) finishSnapshot(ctx context.Context, recs []connect.Record) (con
 // markLast sets source.snapshot to "last" in a snapshot record's value (on a copy: the
 // source block is shared by the table's rows).
 func markLast(r *connect.Record) {
+	if raw, ok := r.Value.(connect.RawJSON); ok {
+		// the one record of the snapshot whose source block differs: parsed back
+		x, err := connect.Materialize(raw)
+		if err != nil {
+			return
+		}
+		r.Value = x
+	}
 	v, ok := r.Value.(connect.Row)
 	if !ok {
 		return

@@ -125,7 +125,7 @@ func TestSnapshotCancelledReadLosesNoRow(t *testing.T) {
 	read := func(ctx context.Context) error {
 		b, err := src.Read(ctx)
 		for _, r := range b.Records {
-			ids = append(ids, r.Key.(connect.Row)[0].Value.(int64))
+			ids = append(ids, keyOf(t, r)[0].Value.(int64))
 		}
 		return err
 	}

@@ -36,6 +36,9 @@ type table struct {
 	// scratch, reused row after row
 	vals []any
 	kind []byte
+	// the JSON rendering's (render.go): column labels, and where each value went
+	labels [][]byte
+	spans  [][2]int
 
 	// slab is what rows and common values are built from (the source's; nil: the heap).
 	// Tables are decoded only on the goroutine that runs Read.
@@ -129,36 +132,49 @@ func (t *table) decode(get func(i int) (byte, []byte)) error {
 		if k != kindText && k != kindBinary {
 			continue
 		}
-		var v any
-		var err error
-		switch c := &t.cols[i]; {
-		case k == kindBinary:
-			v, err = t.decodeBinary(c, b)
-		case c.fast == fastText && t.slab != nil:
-			v = t.slab.String(t.slab.Text(b))
-		case c.fast == fastTimestamptz && t.slab != nil:
-			var buf [48]byte
-			if out, ok := appendUTCInstant(buf[:0], b); ok {
-				v = t.slab.String(t.slab.Text(out))
-			} else {
-				v, err = c.decode(b)
-			}
-		case c.fast == fastInt && t.slab != nil:
-			if n, perr := parseInt(b); perr == nil {
-				v = t.slab.Int(n)
-			} else {
-				v, err = c.decode(b) // its error names the text
-			}
-		default:
-			v, err = c.decode(b)
-		}
+		v, err := t.decodeCol(i, k, b)
 		if err != nil {
-			// the same text fails the same way after a reconnect: retrying cannot help
-			return connect.Permanent(fmt.Errorf("table %s.%s column %s: %w", t.schema, t.name, t.cols[i].name, err))
+			return err
 		}
 		t.vals[i] = v
 	}
 	return nil
+}
+
+// decodeCol decodes the value of column i, of kind kindText or kindBinary.
+func (t *table) decodeCol(i int, k byte, b []byte) (any, error) {
+	var v any
+	var err error
+	switch c := &t.cols[i]; {
+	case k == kindBinary:
+		v, err = t.decodeBinary(c, b)
+	case c.fast == fastText && t.slab != nil:
+		v = t.slab.String(t.slab.Text(b))
+	case c.fast == fastTimestamptz && t.slab != nil:
+		var buf [48]byte
+		if out, ok := appendUTCInstant(buf[:0], b); ok {
+			v = t.slab.String(t.slab.Text(out))
+		} else {
+			v, err = c.decode(b)
+		}
+	case c.fast == fastInt && t.slab != nil:
+		if n, perr := parseInt(b); perr == nil {
+			v = t.slab.Int(n)
+		} else {
+			v, err = c.decode(b) // its error names the text
+		}
+	default:
+		v, err = c.decode(b)
+	}
+	if err != nil {
+		// the same text fails the same way after a reconnect: retrying cannot help
+		return nil, t.colError(i, err)
+	}
+	return v, nil
+}
+
+func (t *table) colError(i int, err error) error {
+	return connect.Permanent(fmt.Errorf("table %s.%s column %s: %w", t.schema, t.name, t.cols[i].name, err))
 }
 
 // decodeBinary decodes a value in binary form: only timestamptz columns come so (see

@@ -1,0 +1,94 @@
+package postgres
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// A snapshot row, rendered as JSON from the server's values, holds what the stream's Rows hold
+// for the same row: masks (fixed, truncated, hashed) on the image and not on the key, a key
+// column excluded from the image but kept in the key, a key whose columns come in another
+// order than the table's, NULLs, text that needs escaping, timestamptz (read in binary form by
+// the snapshot) and the largest bigint.
+func TestSnapshotRenderMatchesStream(t *testing.T) {
+	db := newDB(t, sharedPG(t))
+	db.exec(t,
+		"CREATE TABLE r (a int NOT NULL, s text, ssn text, note text, email text, k2 bigint NOT NULL, tz timestamptz, PRIMARY KEY (a, k2))",
+		`INSERT INTO r VALUES
+			(1, E'q"\\\n\t\u2028\u00e9', '123-45-6789', 'añbcdef', 'x@example.com', 10, '2024-01-31 13:45:30.12+02'),
+			(2, NULL, NULL, NULL, NULL, -5, NULL),
+			(3, 'plain', 'ssn', 'ab', 'e', 9223372036854775807, 'infinity')`)
+	cfg := db.config(map[string]string{
+		KeyMaskWith + "4.chars":                  "public.r.ssn",
+		KeyTruncateTo + "3.chars":                "public.r.note",
+		KeyMaskHash + "SHA-256.with.salt.pepper": "public.r.email",
+		KeyColumnExclude:                         "public.r.k2",
+		KeyMessageKeyColumns:                     "public.r:k2,a",
+	})
+	src := openSource(t, cfg, connect.Position{})
+	log := newMemLog()
+	readUntil(t, src, log, true, 30*time.Second, func() bool { return len(log.records) >= 3 })
+	// the same rows again, through the stream's decoding
+	db.exec(t, "UPDATE r SET a = a")
+	readUntil(t, src, log, true, 30*time.Second, func() bool { return len(log.records) >= 6 })
+	recs, _ := log.snapshot()
+	snap := map[string]string{}
+	for i, r := range recs[:3] {
+		// the last one is parsed back to mark it "last"
+		if _, ok := r.Value.(connect.RawJSON); !ok && i < 2 {
+			t.Fatalf("snapshot record %d: value %T, want the rendered connect.RawJSON", i, r.Value)
+		}
+		snap[jsonOf(t, r.Key)] = jsonOf(t, eventOf(t, r).After)
+	}
+	for i, r := range recs[3:] {
+		if ev := eventOf(t, r); ev.Op != connect.OpUpdate {
+			t.Fatalf("record %d: op %v, want u", 3+i, ev.Op)
+		}
+		k := jsonOf(t, r.Key)
+		want, ok := snap[k]
+		if !ok {
+			t.Fatalf("stream key %s: no snapshot row has it (snapshot keys %v)", k, snap)
+		}
+		if got := jsonOf(t, eventOf(t, r).After); got != want {
+			t.Errorf("key %s:\nsnapshot %s\nstream   %s", k, want, got)
+		}
+	}
+	// and what both must be
+	first := snap[`{"k2":10,"a":1}`]
+	for _, want := range []string{`"a":1,`, `"s":"q\"\\\n\t\u2028é"`, `"ssn":"****"`, `"note":"añb"`, `"tz":"2024-01-31T11:45:30.12Z"}`} {
+		if !strings.Contains(first, want) {
+			t.Errorf("snapshot row 1 %s: want %s in it", first, want)
+		}
+	}
+	if strings.Contains(first, "k2") || strings.Contains(first, "x@example.com") {
+		t.Errorf("snapshot row 1 %s: holds the excluded k2 or the unhashed email", first)
+	}
+	if got := snap[`{"k2":9223372036854775807,"a":3}`]; !strings.Contains(got, `"tz":"infinity"`) {
+		t.Errorf("snapshot row 3: %q, want tz infinity", got)
+	}
+}
+
+// plainInt accepts exactly the texts that strconv.AppendInt would write back unchanged, so an
+// integer column's text can be copied into the JSON as it is.
+func TestPlainInt(t *testing.T) {
+	cases := []string{"0", "-0", "00", "-", "", "+1", "007", "-007", "1", "-1", "9", "10", " 1", "1 ", "1a", "١",
+		"123456789012345678", "-123456789012345678", "1234567890123456789", "9223372036854775807", "-9223372036854775808"}
+	for i := range 10000 {
+		n := int64(i*7919) << (i % 50)
+		if i%2 == 1 {
+			n = -n
+		}
+		cases = append(cases, strconv.FormatInt(n, 10))
+	}
+	for _, c := range cases {
+		n, err := strconv.ParseInt(c, 10, 64)
+		want := err == nil && strconv.FormatInt(n, 10) == c && len(strings.TrimPrefix(c, "-")) <= 18
+		if got := plainInt([]byte(c)); got != want {
+			t.Errorf("plainInt(%q) = %v, want %v", c, got, want)
+		}
+	}
+}
