@@ -35,6 +35,7 @@ type boxer struct {
 
 	rows           []connect.Row
 	rowsUsed, next int
+	raws           []connect.RawJSON // headers of renderings, pointing into bytes
 
 	rc, vrc *recycler
 	held    generation // the generation's slabs (with rc)
@@ -70,9 +71,10 @@ type eface struct{ typ, data unsafe.Pointer }
 func typeWord(x any) unsafe.Pointer { return (*eface)(unsafe.Pointer(&x)).typ }
 
 var (
-	typInt64  = typeWord(int64(0))
-	typString = typeWord("")
-	typRow    = typeWord(connect.Row(nil))
+	typInt64   = typeWord(int64(0))
+	typString  = typeWord("")
+	typRow     = typeWord(connect.Row(nil))
+	typRawJSON = typeWord(connect.RawJSON(nil))
 )
 
 func boxAt(typ, data unsafe.Pointer) (v any) {

@@ -165,7 +165,31 @@ func (l *testLog) run(t testing.TB, src *Source, timeout time.Duration, cond fun
 		if err != nil {
 			t.Fatalf("read: %v (log holds %d records)", err, len(l.recs))
 		}
+		for _, r := range b.Records {
+			checkRendered(t, r)
+		}
 		l.add(b)
+	}
+}
+
+// checkRendered fails unless a key or value the source rendered itself (connect.RawJSON) is
+// byte for byte what connect.AppendJSON makes of the value it parses to: the rendering that
+// the log stores is the one a Row of the same values would have had.
+func checkRendered(t testing.TB, r connect.Record) {
+	t.Helper()
+	for _, v := range []any{r.Key, r.Value} {
+		raw, ok := v.(connect.RawJSON)
+		if !ok {
+			continue
+		}
+		x, err := connect.Materialize(raw)
+		if err != nil {
+			t.Fatalf("record of %s: rendered JSON %s: %v", r.Topic, raw, err)
+		}
+		again, err := connect.AppendJSON(nil, x)
+		if err != nil || x == nil || string(again) != string(raw) {
+			t.Fatalf("record of %s: rendered\n %s\nbut its value renders\n %s (%v)", r.Topic, raw, again, err)
+		}
 	}
 }
 

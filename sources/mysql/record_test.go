@@ -198,8 +198,8 @@ func BenchmarkSnapshotRows(b *testing.B) {
 	}
 }
 
-// TestSnapshotRecycledBatches: a converter that reuses the slabs of released batches (rows,
-// fields, boxed values, the fetched text its values point into, the record slices) builds the
+// TestSnapshotRecycledBatches: a converter that reuses the slabs of released batches (the
+// string data its rendered rows live in, boxed values, the fetched text, the record slices) builds the
 // very records a converter on fresh memory does, while batches are released out of step with
 // their conversion as the runtime does; only a batch's last record carries a State, and every
 // record an Order.
@@ -295,10 +295,11 @@ func TestSnapshotRecycledBatches(t *testing.T) {
 	for i, b := range pending {
 		check(38+i, b)
 	}
-	rc.fields.mu.Lock()
-	defer rc.fields.mu.Unlock()
-	if len(rc.fields.free) == 0 {
-		t.Fatal("no field slab came back to the recycler")
+	// the rendered rows live in the string data slabs
+	rc.bytes.mu.Lock()
+	defer rc.bytes.mu.Unlock()
+	if len(rc.bytes.free) == 0 {
+		t.Fatal("no string data slab came back to the recycler")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strconv"
 	"unsafe"
 
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
@@ -390,6 +391,8 @@ type converter struct {
 	bx      boxer
 	arena   posArena
 	keyJSON []byte
+	rj      rowJSON
+	render  []byte // a row's JSON, before its copy into the boxer's slab
 }
 
 func (cv *converter) run(ctx context.Context, in <-chan *rowSet, out chan<- snapItem) {
@@ -426,7 +429,7 @@ func (cv *converter) convert(rs *rowSet) ([]connect.Record, func(), error) {
 	id := sn.plan.Tables[rs.ti]
 	cv.fields.reset()
 	cv.bx.reset()
-	nowMs := cv.bx.int(s.now().UnixMilli())
+	nowMs := s.now().UnixMilli()
 	ver := version(sn.vseq, sn.vpos)
 	n := rs.n
 	if rs.trunc {
@@ -436,50 +439,29 @@ func (cv *converter) convert(rs *rowSet) ([]connect.Record, func(), error) {
 	if rs.trunc {
 		recs = append(recs, cv.truncateRecord(rs))
 	}
-	nk := len(t.key)
-	nkf := nk // key fields of the block
-	if t.keyPrefix {
-		nkf = 0 // the key shares the image's fields
+	// the end of every row's value after its image: {"before":null,"after":…,"source":…,"op":"r","ts_ms":…}
+	src, err := connect.AppendJSON(nil, rs.src)
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: source block: %w", id, err)
 	}
+	tail := append(append([]byte(`,"source":`), src...), `,"op":"r","ts_ms":`...)
+	tail = append(strconv.AppendInt(tail, nowMs, 10), '}')
+	cv.rj.use(t)
 	for r := 0; r < rs.n; r++ {
 		row := rs.row(r)
-		blk := cv.fields.newBlock(0, t.nOut, nkf)
-		for i := range t.cols {
-			c := &t.cols[i]
-			if c.excluded {
-				continue
-			}
-			v, err := c.snapshotValue(&row[i], opts, &cv.bx)
-			if err != nil {
-				return nil, nil, fmt.Errorf("snapshot %s: %w", id, err)
-			}
-			if c.mask != nil {
-				v = c.mask(v)
-			}
-			blk.after[c.out] = connect.Field{Name: c.name, Value: v}
+		buf, end, err := cv.rj.appendImageKey(append(cv.render[:0], `{"before":null,"after":`...), row, opts, &cv.bx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("snapshot %s: %w", id, err)
 		}
 		var key any
-		switch {
-		case nk > 0 && t.keyPrefix:
-			key = cv.bx.row(blk.after[:nk:nk])
-		case nk > 0:
-			for j, i := range t.key {
-				c := &t.cols[i]
-				if !c.excluded && c.mask == nil {
-					blk.key[j] = blk.after[c.out]
-					continue
-				}
-				v, err := c.snapshotValue(&row[i], opts, &cv.bx)
-				if err != nil {
-					return nil, nil, fmt.Errorf("snapshot %s: key: %w", id, err)
-				}
-				blk.key[j] = connect.Field{Name: c.name, Value: v}
-			}
-			key = cv.bx.row(blk.key)
+		if len(t.key) > 0 {
+			key = cv.bx.raw(buf[end:])
 		}
+		buf = append(buf[:end], tail...)
+		cv.render = buf[:0]
 		recs = append(recs, connect.Record{
 			Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started,
-			Key: key, Value: blk.envelope(&cv.bx, nil, blk.after, rs.src, connect.OpRead, nowMs),
+			Key: key, Value: cv.bx.raw(buf),
 			Version: ver, Position: cv.position(rs, row, rs.rows0+int64(r)+1, r == rs.n-1),
 		})
 	}

@@ -291,6 +291,14 @@ func intArgs(args []any) bool {
 // markLast sets source.snapshot of the snapshot's last record to "last", on a copy of the source
 // block the record shares with the others of its table.
 func markLast(rec *connect.Record) {
+	if raw, ok := rec.Value.(connect.RawJSON); ok {
+		// the one record whose source block differs from the table's: parsed back
+		v, err := connect.Materialize(raw)
+		if err != nil {
+			return
+		}
+		rec.Value = v
+	}
 	env, ok := rec.Value.(connect.Row)
 	if !ok {
 		return

@@ -238,11 +238,17 @@ func (c *column) dateTimeFromParts(y, mo, d, h, mi, sec, usec int, o *valueOptio
 	if mo == 0 || d == 0 {
 		return c.zeroValue()
 	}
+	return bx.int(c.dateTimeNumber(y, mo, d, h, mi, sec, usec, o))
+}
+
+// dateTimeNumber is a DATETIME that is not a zero date as epoch milliseconds or microseconds
+// (see dateTimeFromParts).
+func (c *column) dateTimeNumber(y, mo, d, h, mi, sec, usec int, o *valueOptions) int64 {
 	micros := (daysFromCivil(y, mo, d)*86400+int64(h)*3600+int64(mi)*60+int64(sec))*1_000_000 + int64(usec)
 	if o.timeConnect || c.fsp <= 3 {
-		return bx.int(floorDiv(micros, 1000))
+		return floorDiv(micros, 1000)
 	}
-	return bx.int(micros)
+	return micros
 }
 
 func floorDiv(a, b int64) int64 {

@@ -1,0 +1,91 @@
+package mysql
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-cdc/sluice/connect"
+)
+
+// A snapshot row, rendered as JSON from the fetched values, holds what the binlog's Rows hold
+// for the same row: masks (fixed and hashed) on the image and not on the key, a key column
+// excluded from the image but kept in the key, a key whose columns come in another order than
+// the table's, NULLs, text that needs escaping and the extreme integers.
+func TestSnapshotRenderMatchesStream(t *testing.T) {
+	m := sharedMariaDB(t)
+	db := testDB(t, m)
+	exec(t, m, "USE "+quoteName(db),
+		"CREATE TABLE r (a INT NOT NULL, s TEXT, ssn VARCHAR(20), email VARCHAR(40), k2 BIGINT NOT NULL, u BIGINT UNSIGNED, d DATETIME(3), PRIMARY KEY (a, k2))",
+		renderRows)
+	cfg := baseConfig(m, db, map[string]string{
+		KeyMaskWith + "4.chars":                  db + ".r.ssn",
+		KeyMaskHash + "SHA-256.with.salt.pepper": db + ".r.email",
+		KeyColumnExclude:                         db + ".r.k2",
+		KeyMessageKeyColumns:                     db + ".r:k2,a",
+	})
+	store := &memStore{}
+	src := newSource(t, cfg, store)
+	var l testLog
+	l.run(t, src, time.Minute, func(l *testLog) bool { return src.phase == phaseStreaming })
+	topic := "test." + db + ".r"
+	snap := map[string]string{}
+	for i, r := range l.recs {
+		if r.Topic != topic {
+			continue
+		}
+		// the last one is parsed back to mark it "last"
+		if _, ok := r.Value.(connect.RawJSON); !ok && i < len(l.recs)-1 {
+			t.Fatalf("snapshot record %d: value %T, want the rendered connect.RawJSON", i, r.Value)
+		}
+		k, _ := connect.AppendJSON(nil, r.Key)
+		v, _ := connect.AppendJSON(nil, event(t, r).After)
+		snap[string(k)] = string(v)
+	}
+	if len(snap) != 3 {
+		t.Fatalf("snapshot rows %v, want 3", snap)
+	}
+	// the same rows again, through the binlog
+	exec(t, m, "USE "+quoteName(db), "DELETE FROM r", renderRows)
+	src = newSource(t, baseConfig(m, db, map[string]string{KeyServerID: src.cfgServerID(),
+		KeyMaskWith + "4.chars":                  db + ".r.ssn",
+		KeyMaskHash + "SHA-256.with.salt.pepper": db + ".r.email",
+		KeyColumnExclude:                         db + ".r.k2",
+		KeyMessageKeyColumns:                     db + ".r:k2,a",
+	}), store)
+	stream := map[string]string{}
+	l.run(t, src, time.Minute, func(l *testLog) bool {
+		for _, r := range l.recs {
+			if r.Topic == topic && r.Value != nil && event(t, r).Op == connect.OpCreate {
+				k, _ := connect.AppendJSON(nil, r.Key)
+				v, _ := connect.AppendJSON(nil, event(t, r).After)
+				stream[string(k)] = string(v)
+			}
+		}
+		return len(stream) == 3
+	})
+	for k, want := range snap {
+		if got, ok := stream[k]; !ok || got != want {
+			t.Errorf("key %s:\nsnapshot %s\nbinlog   %s", k, want, got)
+		}
+	}
+	first := snap[`{"k2":10,"a":1}`]
+	for _, want := range []string{`"a":1,`, `"s":"q\"\\\n\t\u2028é"`, `"ssn":"****"`, `"u":18446744073709551615`} {
+		if !strings.Contains(first, want) {
+			t.Errorf("snapshot row 1 %s: want %s in it", first, want)
+		}
+	}
+	if strings.Contains(first, "k2") || strings.Contains(first, "x@example.com") {
+		t.Errorf("snapshot row 1 %s: holds the excluded k2 or the unhashed email", first)
+	}
+	if _, ok := snap[`{"k2":-9223372036854775808,"a":2}`]; !ok {
+		t.Errorf("snapshot keys %v: no key of row 2", snap)
+	}
+}
+
+// renderRows are the rows of TestSnapshotRenderMatchesStream (<LS> is U+2028, which JSON
+// output escapes).
+var renderRows = strings.ReplaceAll(`INSERT INTO r VALUES
+	(1, 'q"\\\n\t<LS>é', '123-45-6789', 'x@example.com', 10, 18446744073709551615, '2024-01-31 13:45:30.120'),
+	(2, NULL, NULL, NULL, -9223372036854775808, NULL, NULL),
+	(3, '', 'ssn', 'e', 9223372036854775807, 0, '1970-01-01 00:00:00')`, "<LS>", "\u2028")
