@@ -16,7 +16,8 @@ type Batch struct {
 	// States may be empty).
 	Position Position
 	// Release, if set, is called by the runtime once it reads none of the batch's records
-	// any more (their Keys, Values and Headers are transformed and encoded), at most once, from
+	// any more (their Keys, Values and Headers are transformed, encoded and appended to the log:
+	// a RawJSON key or value is appended from the batch's own memory), at most once, from
 	// another goroutine than Read's. The source may then reuse that memory for a later batch,
 	// which spares it allocating and clearing fresh memory for every batch. The Positions of
 	// the batch and of its records stay in use after Release: their memory must not be reused.

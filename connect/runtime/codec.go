@@ -30,10 +30,14 @@ func (a *arena) reset() { a.buf, a.versionBytes = a.buf[:0], nil }
 func (a *arena) take(start int) []byte { return a.buf[start:len(a.buf):len(a.buf)] }
 
 // encodeKey returns the log bytes of a record key (nil for a nil key). A nil memo renders every
-// key whole.
+// key whole. A RawJSON key is returned as it is, in the source's memory: the caller keeps the
+// source batch unreleased until the bytes are appended.
 func (a *arena) encodeKey(key any, memo *connect.JSONMemo) ([]byte, error) {
 	if key == nil {
 		return nil, nil
+	}
+	if raw, ok := key.(connect.RawJSON); ok && len(raw) > 0 {
+		return raw[:len(raw):len(raw)], nil // not copied: see sourceBatch.release
 	}
 	start := len(a.buf)
 	var err error
@@ -45,10 +49,13 @@ func (a *arena) encodeKey(key any, memo *connect.JSONMemo) ([]byte, error) {
 }
 
 // encodeValue returns the log bytes of a record value (nil for a tombstone).
-// A nil memo renders every value whole.
+// A nil memo renders every value whole. A RawJSON value is returned as encodeKey returns one.
 func (a *arena) encodeValue(v any, memo *connect.JSONMemo) ([]byte, error) {
 	if v == nil {
 		return nil, nil
+	}
+	if raw, ok := v.(connect.RawJSON); ok && len(raw) > 0 {
+		return raw[:len(raw):len(raw)], nil // not copied: see sourceBatch.release
 	}
 	start := len(a.buf)
 	var err error

@@ -29,7 +29,14 @@ func benchConnector(b *testing.B) *connector {
 // BenchmarkSourceRoute measures the runtime's own work per source record between Read and
 // Append: transforms (none), partitioning, replay check, JSON encoding into the batch arena.
 // Allocations are the runtime's alone (the records are generated before the timer).
+// In "rendered", keys and values come as the JSON the source rendered (connect.RawJSON), as the
+// snapshots' rows do.
 func BenchmarkSourceRoute(b *testing.B) {
+	b.Run("rows", func(b *testing.B) { benchSourceRoute(b, false) })
+	b.Run("rendered", func(b *testing.B) { benchSourceRoute(b, true) })
+}
+
+func benchSourceRoute(b *testing.B, rendered bool) {
 	c := benchConnector(b)
 	prod, err := newProducer(b.Context(), c.rt.opts.Log, "gen")
 	if err != nil {
@@ -44,6 +51,11 @@ func BenchmarkSourceRoute(b *testing.B) {
 		var recs []connect.Record
 		for e := i * 100; e < (i+1)*100; e++ {
 			recs = append(recs, s.Records(int64(e))...)
+		}
+		for j := range recs {
+			if rendered {
+				recs[j].Key, recs[j].Value = render(b, recs[j].Key), render(b, recs[j].Value)
+			}
 		}
 		n += len(recs)
 		in = append(in, connect.Batch{Records: recs, Position: recs[len(recs)-1].Position})
@@ -63,6 +75,18 @@ func BenchmarkSourceRoute(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*n/batches)/b.Elapsed().Seconds(), "records/s")
+}
+
+// render returns v as the RawJSON a source would render for it (nil stays nil).
+func render(b *testing.B, v any) any {
+	if v == nil {
+		return nil
+	}
+	j, err := connect.AppendJSON(nil, v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return connect.RawJSON(j)
 }
 
 // BenchmarkSinkPrepare measures decoding fetched records into connect.Records (the sink side's

@@ -42,6 +42,10 @@ type sourceBatch struct {
 	arena   arena
 	headers []LogHeader
 	spare   []*partBatch
+	last    *partBatch // the partition part returned last
+	// release is the source batch's Release: its RawJSON keys and values are appended from
+	// its memory (arena.encodeKey), so it is released once the append is done
+	release func()
 }
 
 type partBatch struct {
@@ -59,6 +63,7 @@ func (b *sourceBatch) reset() {
 		b.spare = append(b.spare, p)
 	}
 	b.parts = b.parts[:0]
+	b.last = nil
 	clear(b.index)
 	b.pos = connect.Position{}
 	b.records = 0
@@ -67,7 +72,11 @@ func (b *sourceBatch) reset() {
 }
 
 func (b *sourceBatch) part(tp TopicPartition) *partBatch {
+	if p := b.last; p != nil && p.tp == tp {
+		return p // a run of records of one partition: no map lookup
+	}
 	if p := b.index[tp]; p != nil {
+		b.last = p
 		return p
 	}
 	var p *partBatch
@@ -80,6 +89,7 @@ func (b *sourceBatch) part(tp TopicPartition) *partBatch {
 	p.tp = tp
 	b.index[tp] = p
 	b.parts = append(b.parts, p)
+	b.last = p
 	return p
 }
 
@@ -235,9 +245,7 @@ func (t *sourceTask) routeLoop(ctx context.Context, free <-chan *sourceBatch, in
 		if err := t.route(ctx, batch, b); err != nil {
 			return err
 		}
-		if batch.Release != nil {
-			batch.Release() // b holds copies of everything route read, batch.Position aside
-		}
+		b.release = batch.Release // once appended: b holds RawJSON keys and values as they are
 		select {
 		case out <- b:
 		case <-ctx.Done():
@@ -493,6 +501,10 @@ func (t *sourceTask) appendLoop(ctx context.Context, free chan<- *sourceBatch, i
 			b := f.b
 			t.c.records.Add(int64(b.records))
 			pos := b.pos
+			if b.release != nil {
+				b.release()
+				b.release = nil
+			}
 			free <- b
 			if !pos.IsZero() {
 				slot.offer(pos, t.prompt != nil && t.prompt.CommitNow())
