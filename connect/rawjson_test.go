@@ -59,28 +59,34 @@ func TestRawJSON(t *testing.T) {
 	}
 }
 
-// The RawJSONs a Slab cuts hold copies of what they were given and survive the collector,
-// whether the Slab's chunks come from a pool or not.
-func TestSlabRawJSON(t *testing.T) {
+// Renderings appended to a Slab's Room and Cut stay as they were while later ones are
+// appended, Text and Bytes are cut and the collector runs, whether the Slab's chunks come from
+// a pool or not; one that outgrows its room is memory of its own, and the room stays usable.
+func TestSlabRoomCut(t *testing.T) {
 	for _, pool := range []*SlabPool{nil, {N: 8}} {
 		s := Slab{N: 8, Pool: pool}
 		var got []any
 		var want []string
-		src := make([]byte, 0, 64)
 		for i := range 500 {
-			src = fmt.Appendf(src[:0], `{"i":%d,"pad":"%0*d"}`, i, i%40, 0)
-			got = append(got, s.RawJSON(src))
-			want = append(want, string(src))
+			n := 64
+			if i%50 == 7 {
+				n = 8 // outgrown: the rendering moves to memory of its own
+			}
+			room := s.Room(n)
+			p := fmt.Appendf(room, `{"i":%d,"pad":"%0*d"}`, i, i%40+10, 0)
+			_ = s.Text([]byte("a neighbour value")) // from another chunk: never in the room
+			s.Cut(p)
+			got = append(got, s.RawJSON(p))
+			want = append(want, string(p))
 			if i%100 == 0 {
 				runtime.GC()
 			}
 		}
-		src = append(src[:0], "overwritten"...)
 		runtime.GC()
 		for i, v := range got {
 			r, ok := v.(RawJSON)
-			if !ok || string(r) != want[i] {
-				t.Fatalf("pool %v: value %d is %#v, want %s", pool != nil, i, v, want[i])
+			if !ok || string(r) != want[i] || cap(r) != len(r) {
+				t.Fatalf("pool %v: value %d is %#v (cap %d), want %s", pool != nil, i, v, cap(r), want[i])
 			}
 		}
 		if pool != nil {

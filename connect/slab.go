@@ -38,6 +38,7 @@ type Slab struct {
 	rows   []Row
 	fields []Field
 	text   []byte
+	render []byte // renderings (see Room)
 	raws   []RawJSON
 	held   *SlabChunks // the chunks taken from Pool since the last Detach
 }
@@ -50,6 +51,7 @@ type SlabChunks struct {
 	rows   [][]Row
 	fields [][]Field
 	text   [][]byte
+	render [][]byte
 	raws   [][]RawJSON
 }
 
@@ -88,6 +90,7 @@ func (p *SlabPool) Put(c *SlabChunks) {
 	keep(&p.chunks.rows, c.rows, n)
 	keep(&p.chunks.fields, c.fields, 2*n)
 	keep(&p.chunks.text, c.text, max(32*n, 4096))
+	keep(&p.chunks.render, c.render, max(32*n, 4096))
 	keep(&p.chunks.raws, c.raws, n)
 }
 
@@ -139,6 +142,7 @@ func rowsOf(c *SlabChunks) *[][]Row       { return &c.rows }
 func fieldsOf(c *SlabChunks) *[][]Field   { return &c.fields }
 func textOf(c *SlabChunks) *[][]byte      { return &c.text }
 func rawsOf(c *SlabChunks) *[][]RawJSON   { return &c.raws }
+func renderOf(c *SlabChunks) *[][]byte    { return &c.render }
 
 func (s *Slab) size() int {
 	if s.N > 0 {
@@ -186,13 +190,34 @@ func (s *Slab) Text(b []byte) string {
 	return unsafe.String(&s.text[start], len(b))
 }
 
-// RawJSON returns a RawJSON holding a copy of b, boxed; the copy is cut from the Slab's text
-// chunk (see Bytes).
-func (s *Slab) RawJSON(b []byte) any {
+// Room returns the unused room of the Slab's chunk for renderings, with at least n bytes (n at
+// most a few KiB), to append one rendering to; Cut then takes what was appended. Renderings
+// have a chunk of their own, so that values made while one is appended (String, Text, ...)
+// never write into it.
+func (s *Slab) Room(n int) []byte {
+	if cap(s.render)-len(s.render) < n {
+		s.render = chunk(s, renderOf, max(32*s.size(), 4096, n))
+	}
+	return s.render[len(s.render):len(s.render)]
+}
+
+// Cut takes p, a rendering appended to what Room returned, out of the chunk for good, so that
+// the Slab never writes it again. When the append outgrew the room, p is memory of its own and
+// the chunk stays as it was.
+func (s *Slab) Cut(p []byte) {
+	free := s.render[len(s.render):cap(s.render)]
+	if len(p) > 0 && len(free) >= len(p) && &free[0] == &p[0] {
+		s.render = s.render[:len(s.render)+len(p)]
+	}
+}
+
+// RawJSON returns p, a rendering that is never written again (cut from the Slab's room, or
+// memory of its own), boxed as a RawJSON.
+func (s *Slab) RawJSON(p []byte) any {
 	if len(s.raws) == cap(s.raws) {
 		s.raws = chunk(s, rawsOf, s.size())
 	}
-	s.raws = append(s.raws, append(s.Bytes(len(b)), b...))
+	s.raws = append(s.raws, RawJSON(p[:len(p):len(p)]))
 	return box(typRawJSON, unsafe.Pointer(&s.raws[len(s.raws)-1]))
 }
 

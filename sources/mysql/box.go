@@ -35,7 +35,8 @@ type boxer struct {
 
 	rows           []connect.Row
 	rowsUsed, next int
-	raws           []connect.RawJSON // headers of renderings, pointing into bytes
+	render         []byte            // renderings' data (see room)
+	raws           []connect.RawJSON // headers of renderings
 
 	rc, vrc *recycler
 	held    generation // the generation's slabs (with rc)
@@ -47,7 +48,7 @@ func (b *boxer) reset() {
 	b.rowsUsed = 0
 	b.rows = nil
 	if b.vrc != nil {
-		b.ints, b.strs, b.bytes = nil, nil, nil
+		b.ints, b.strs, b.bytes, b.render, b.raws = nil, nil, nil, nil, nil
 	}
 	if b.rc != nil {
 		b.held = generation{}
@@ -56,7 +57,7 @@ func (b *boxer) reset() {
 
 // detach moves the generation's slabs to g.
 func (b *boxer) detach(g *generation) {
-	g.rows, g.ints, g.strs, g.bytes = b.held.rows, b.held.ints, b.held.strs, b.held.bytes
+	g.rows, g.ints, g.strs, g.bytes, g.raws = b.held.rows, b.held.ints, b.held.strs, b.held.bytes, b.held.raws
 	b.held = generation{}
 }
 

@@ -3,6 +3,7 @@ package mysql
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -389,5 +390,52 @@ func TestStreamRecycledBatches(t *testing.T) {
 	defer m.rc.fields.mu.Unlock()
 	if len(m.rc.fields.free) == 0 {
 		t.Fatal("no field slab came back to the recycler")
+	}
+}
+
+// One huge row does not make the rows after it take memory of its size: a row set of a 4 MiB
+// text and then 2,000 small rows converts into records whose renderings are right, in about
+// the memory of the rows themselves.
+func TestSnapshotHugeRowThenSmallRows(t *testing.T) {
+	s, _, tbl := offlineSource(t, nil)
+	sn := &snapshotter{s: s, plan: &snapPlan{Tables: []string{"db.t"}}, started: time.Now(), vfile: "mariadb-bin.000007", vpos: 4, vseq: 7}
+	rs := &rowSet{t: tbl, mode: keyMode(tbl), src: s.sourceBlock(1, "true", "db", "t", 0, nil, "f", 4, 0, nil)}
+	huge := bytes.Repeat([]byte("0123456789abcdef"), 1<<18)
+	for i := range 2001 {
+		text := []byte(fmt.Sprintf("row %d", i))
+		if i == 0 {
+			text = huge
+		}
+		rs.cells = append(rs.cells,
+			cell{Type: gomysql.FieldValueTypeSigned, bits: uint64(i)},
+			cell{Type: gomysql.FieldValueTypeSigned, bits: uint64(i * 3)},
+			cell{Type: gomysql.FieldValueTypeString, str: text},
+			cell{Type: gomysql.FieldValueTypeNull})
+		rs.n++
+	}
+	rc := &recycler{}
+	cv := &converter{sn: sn, rc: rc}
+	cv.fields.rc, cv.bx.rc, cv.bx.vrc = rc, rc, rc
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	recs, release, err := cv.convert(rs)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if got := after.TotalAlloc - before.TotalAlloc; got > 24<<20 {
+		t.Errorf("converting allocated %d MiB, want about the 4 MiB row and the small ones", got>>20)
+	}
+	for _, i := range []int{0, 1, 2000} {
+		v, _ := connect.AppendJSON(nil, recs[i].Value)
+		want := fmt.Sprintf(`"s":"row %d"`, i)
+		if i == 0 {
+			want = `"s":"` + string(huge) + `"`
+		}
+		if !bytes.Contains(v, []byte(want)) || !bytes.Contains(v, []byte(fmt.Sprintf(`{"id":%d,"v":%d,`, i, 3*i))) {
+			t.Errorf("record %d: %.200s", i, v)
+		}
+		checkRendered(t, recs[i])
 	}
 }

@@ -75,6 +75,7 @@ type recycler struct {
 	ints   pool[int64]
 	strs   pool[string]
 	bytes  pool[byte]
+	raws   pool[connect.RawJSON]
 	recs   pool[connect.Record]
 }
 
@@ -85,6 +86,7 @@ type generation struct {
 	ints   [][]int64
 	strs   [][]string
 	bytes  [][]byte
+	raws   [][]connect.RawJSON
 	recs   []connect.Record
 }
 
@@ -95,6 +97,7 @@ func (rc *recycler) release(g *generation) {
 	rc.ints.put(g.ints, boxSlab)
 	rc.strs.put(g.strs, boxSlab)
 	rc.bytes.put(g.bytes, bytesSlab)
+	rc.raws.put(g.raws, boxSlab)
 	if g.recs != nil {
 		// what stale records point to stays alive until overwritten: other pooled slabs
 		// and positions, bounded by maxPooled

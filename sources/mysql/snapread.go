@@ -392,8 +392,12 @@ type converter struct {
 	arena   posArena
 	keyJSON []byte
 	rj      rowJSON
-	render  []byte // a row's JSON, before its copy into the boxer's slab
+	rowHint int // room for a row's rendering: twice the largest so far, at most maxRowHint
 }
+
+// maxRowHint bounds the room a row's rendering gets in the slab: a larger row outgrows it into
+// memory of its own (so one huge row does not make every later row take a slab of its size).
+const maxRowHint = 8 << 10
 
 func (cv *converter) run(ctx context.Context, in <-chan *rowSet, out chan<- snapItem) {
 	for rs := range in {
@@ -449,19 +453,27 @@ func (cv *converter) convert(rs *rowSet) ([]connect.Record, func(), error) {
 	cv.rj.use(t)
 	for r := 0; r < rs.n; r++ {
 		row := rs.row(r)
-		buf, end, err := cv.rj.appendImageKey(append(cv.render[:0], `{"before":null,"after":`...), row, opts, &cv.bx)
+		// the value, then the key, rendered straight into the boxer's slab
+		buf, err := cv.rj.appendImage(append(cv.bx.room(cv.rowHint), `{"before":null,"after":`...), row, opts, &cv.bx)
+		if err == nil {
+			buf = append(buf, tail...)
+		}
+		end := len(buf)
+		if err == nil && len(t.key) > 0 {
+			buf, err = cv.rj.appendKey(buf, row, opts, &cv.bx)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("snapshot %s: %w", id, err)
 		}
+		cv.bx.cut(buf)
+		cv.rowHint = min(max(cv.rowHint, 2*len(buf)), maxRowHint)
 		var key any
 		if len(t.key) > 0 {
-			key = cv.bx.raw(buf[end:])
+			key = cv.bx.rawAt(buf[end:])
 		}
-		buf = append(buf[:end], tail...)
-		cv.render = buf[:0]
 		recs = append(recs, connect.Record{
 			Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started,
-			Key: key, Value: cv.bx.raw(buf),
+			Key: key, Value: cv.bx.rawAt(buf[:end]),
 			Version: ver, Position: cv.position(rs, row, rs.rows0+int64(r)+1, r == rs.n-1),
 		})
 	}

@@ -244,7 +244,12 @@ func (c *column) dateTimeFromParts(y, mo, d, h, mi, sec, usec int, o *valueOptio
 // dateTimeNumber is a DATETIME that is not a zero date as epoch milliseconds or microseconds
 // (see dateTimeFromParts).
 func (c *column) dateTimeNumber(y, mo, d, h, mi, sec, usec int, o *valueOptions) int64 {
-	micros := (daysFromCivil(y, mo, d)*86400+int64(h)*3600+int64(mi)*60+int64(sec))*1_000_000 + int64(usec)
+	return c.dateTimeFromDays(daysFromCivil(y, mo, d), h, mi, sec, usec, o)
+}
+
+// dateTimeFromDays is dateTimeNumber of the date whose day number is days.
+func (c *column) dateTimeFromDays(days int64, h, mi, sec, usec int, o *valueOptions) int64 {
+	micros := (days*86400+int64(h)*3600+int64(mi)*60+int64(sec))*1_000_000 + int64(usec)
 	if o.timeConnect || c.fsp <= 3 {
 		return floorDiv(micros, 1000)
 	}

@@ -73,6 +73,7 @@ func BenchmarkSnapshotRow(b *testing.B) {
 		enc:   []keyEncoder{encodeIntKey}}
 	cur.statePrefix = snapshotStatePrefix(0, 100, "public", "items", 0)
 	cur.source = s.sourceRow(t, int64(1), "true", nil, nil, int64(100))
+	cur.sourceJSON, _ = connect.AppendJSON(nil, cur.source) // as openTable renders it
 	vals := [][]byte{[]byte("123456"), []byte("456"), []byte("row 123456"), []byte("2024-01-31 13:45:30.123456+00")}
 	b.ReportAllocs()
 	for b.Loop() {

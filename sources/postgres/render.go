@@ -77,10 +77,9 @@ func (t *table) appendCol(dst []byte, i int, k byte, b []byte, masked bool) ([]b
 	return out, nil
 }
 
-// appendImageKey appends the JSON of the row image (the kept columns, masks applied) and then
-// that of the record key (nil when the table has none) of one row; get returns the kind and
-// the wire form of column i. It returns dst with both appended and where the image ends.
-func (t *table) appendImageKey(dst []byte, get func(i int) (byte, []byte)) ([]byte, int, error) {
+// appendImage appends the JSON of the row image of one row: the kept columns, masks applied;
+// get returns the kind and the wire form of column i.
+func (t *table) appendImage(dst []byte, get func(i int) (byte, []byte)) ([]byte, error) {
 	if len(t.spans) != len(t.cols) {
 		t.spans = make([][2]int, len(t.cols))
 	}
@@ -100,17 +99,19 @@ func (t *table) appendImageKey(dst []byte, get func(i int) (byte, []byte)) ([]by
 		start := len(dst)
 		k, b := get(i)
 		if dst, err = t.appendCol(dst, i, k, b, true); err != nil {
-			return dst, 0, err
+			return dst, err
 		}
 		if len(t.cols[i].masks) == 0 {
 			t.spans[i] = [2]int{start, len(dst)}
 		}
 	}
-	dst = append(dst, '}')
-	end := len(dst)
-	if t.key == nil {
-		return dst, end, nil
-	}
+	return append(dst, '}'), nil
+}
+
+// appendKey appends the JSON of the record key of the row whose image dst holds (see
+// appendImage); the table has a key.
+func (t *table) appendKey(dst []byte, get func(i int) (byte, []byte)) ([]byte, error) {
+	var err error
 	// the key holds the unmasked values: copied from the image when it holds them as they are
 	for j, i := range t.key {
 		if j == 0 {
@@ -125,10 +126,10 @@ func (t *table) appendImageKey(dst []byte, get func(i int) (byte, []byte)) ([]by
 		}
 		k, b := get(i)
 		if dst, err = t.appendCol(dst, i, k, b, false); err != nil {
-			return dst, 0, err
+			return dst, err
 		}
 	}
-	return append(dst, '}'), end, nil
+	return append(dst, '}'), nil
 }
 
 // plainInt reports whether b is an integer's text as strconv.AppendInt writes it, the server's

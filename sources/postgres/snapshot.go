@@ -65,8 +65,12 @@ type snapshotter struct {
 	pool    connect.SlabPool
 	heldGen *slabGen
 	recs    recordsPool
-	render  []byte // a row's JSON, before its copy into the slab
+	rowHint int // room for a row's rendering: twice the largest so far, at most maxRowHint
 }
+
+// maxRowHint bounds the room a row's rendering gets in the slab: a larger row outgrows it into
+// memory of its own (so one huge row does not make every later row take a chunk of its size).
+const maxRowHint = 8 << 10
 
 // slabGen is the slab chunks and the record slice of one snapshot batch. They go back to the
 // pool once the batch is released and, if the batch's last row was held back, the next batch,
@@ -508,8 +512,7 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 			return connect.Record{}, connect.Permanent(fmt.Errorf("snapshot of %s: %w", cur.ref, err))
 		}
 	}
-	buf := append(sn.render[:0], envelopeHead...)
-	buf, end, err := t.appendImageKey(buf, func(i int) (byte, []byte) {
+	get := func(i int) (byte, []byte) {
 		if vals[i] == nil {
 			return kindNull, nil
 		}
@@ -517,10 +520,27 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 			return kindBinary, vals[i]
 		}
 		return kindText, vals[i]
-	})
+	}
+	// the envelope ChangeEvent.Row renders: {"before":null,"after":…,"source":…,"op":"r","ts_ms":…}
+	if now := s.nowMs.(int64); cur.tail == nil || cur.tailMs != now {
+		cur.tail = append(append(cur.tail[:0], `,"source":`...), cur.sourceJSON...)
+		cur.tail = strconv.AppendInt(append(cur.tail, `,"op":"r","ts_ms":`...), now, 10)
+		cur.tail, cur.tailMs = append(cur.tail, '}'), now
+	}
+	// the value, then the key, rendered straight into the slab
+	buf, err := t.appendImage(append(s.slab.Room(sn.rowHint), envelopeHead...), get)
 	if err != nil {
 		return connect.Record{}, err
 	}
+	buf = append(buf, cur.tail...)
+	end := len(buf)
+	if t.key != nil {
+		if buf, err = t.appendKey(buf, get); err != nil {
+			return connect.Record{}, err
+		}
+	}
+	s.slab.Cut(buf)
+	sn.rowHint = min(max(sn.rowHint, 2*len(buf)), maxRowHint)
 	// the chunk key, kept (in reused buffers) for the next chunk's query
 	cur.keyBuf = cur.keyBuf[:0]
 	cur.lastKey = cur.lastKey[:0]
@@ -552,15 +572,7 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 	if t.key != nil {
 		r.Key = s.slab.RawJSON(buf[end:])
 	}
-	// the envelope ChangeEvent.Row renders: {"before":null,"after":…,"source":…,"op":"r","ts_ms":…}
-	if now := s.nowMs.(int64); cur.tail == nil || cur.tailMs != now {
-		cur.tail = append(append(cur.tail[:0], `,"source":`...), cur.sourceJSON...)
-		cur.tail = strconv.AppendInt(append(cur.tail, `,"op":"r","ts_ms":`...), now, 10)
-		cur.tail, cur.tailMs = append(cur.tail, '}'), now
-	}
-	buf = append(buf[:end], cur.tail...)
-	r.Value = s.slab.RawJSON(buf)
-	sn.render = buf[:0]
+	r.Value = s.slab.RawJSON(buf[:end])
 	sn.mark(cur)
 	s.st.events.Add(1)
 	return r, nil
