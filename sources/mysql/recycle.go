@@ -47,14 +47,17 @@ func (p *pool[T]) get(n int) []T {
 	return make([]T, 0, n)
 }
 
-// put keeps slabs for later gets, up to maxPooled, and none larger than limit: a slab made for
+// put keeps slabs for later gets, up to keep (0: maxPooled), and none larger than limit: a slab made for
 // one large value goes back to the collector, so that the pool stays a few MiB whatever the
 // values were.
-func (p *pool[T]) put(slabs [][]T, limit int) {
+func (p *pool[T]) put(slabs [][]T, limit, keep int) {
+	if keep == 0 {
+		keep = maxPooled
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range slabs {
-		if len(p.free) == maxPooled {
+		if len(p.free) >= keep {
 			return
 		}
 		if cap(s) <= limit {
@@ -92,16 +95,18 @@ type generation struct {
 
 // release returns g's slabs to rc. The batch must not be read any more.
 func (rc *recycler) release(g *generation) {
-	rc.fields.put(g.fields, maxFieldSlab)
-	rc.rows.put(g.rows, boxSlab)
-	rc.ints.put(g.ints, boxSlab)
-	rc.strs.put(g.strs, boxSlab)
-	rc.bytes.put(g.bytes, bytesSlab)
-	rc.raws.put(g.raws, boxSlab)
+	rc.fields.put(g.fields, maxFieldSlab, 0)
+	rc.rows.put(g.rows, boxSlab, 0)
+	rc.ints.put(g.ints, boxSlab, 0)
+	rc.strs.put(g.strs, boxSlab, 0)
+	// a snapshot batch's rendered rows and fetched text fill a few dozen byte slabs, and
+	// batches are released only once appended: keep enough for the batches in flight (16 MiB)
+	rc.bytes.put(g.bytes, bytesSlab, 4*maxPooled)
+	rc.raws.put(g.raws, boxSlab, 0)
 	if g.recs != nil {
 		// what stale records point to stays alive until overwritten: other pooled slabs
 		// and positions, bounded by maxPooled
-		rc.recs.put([][]connect.Record{g.recs}, maxPooledRecords)
+		rc.recs.put([][]connect.Record{g.recs}, maxPooledRecords, 0)
 	}
 }
 

@@ -134,7 +134,8 @@ func (sn *snapshotter) start() {
 	sn.cancel = cancel
 	k := min(max(runtime.GOMAXPROCS(0), 1), 4)
 	perChunk := sn.s.cfg.fetchSize/sn.s.cfg.maxBatch + 1
-	sn.spare = make(chan []cell, k+1)
+	// cells come back after conversion: room for the sets of a chunk and those converting
+	sn.spare = make(chan []cell, perChunk+k+1)
 	sn.rc = &recycler{}
 	for range k {
 		in := make(chan *rowSet, perChunk/k+1)
