@@ -90,7 +90,7 @@ func (p *SlabPool) Put(c *SlabChunks) {
 	keep(&p.chunks.rows, c.rows, n)
 	keep(&p.chunks.fields, c.fields, 2*n)
 	keep(&p.chunks.text, c.text, max(32*n, 4096))
-	keep(&p.chunks.render, c.render, max(32*n, 4096))
+	keep(&p.chunks.render, c.render, renderChunk(n))
 	keep(&p.chunks.raws, c.raws, n)
 }
 
@@ -196,10 +196,14 @@ func (s *Slab) Text(b []byte) string {
 // never write into it.
 func (s *Slab) Room(n int) []byte {
 	if cap(s.render)-len(s.render) < n {
-		s.render = chunk(s, renderOf, max(32*s.size(), 4096, n))
+		s.render = chunk(s, renderOf, max(renderChunk(s.size()), n))
 	}
 	return s.render[len(s.render):len(s.render)]
 }
+
+// renderChunk is the size of the rendering chunks of a Slab of size n: a batch of rows with their
+// change event envelopes fills a few dozen (a pool keeps up to maxPooledChunks, 16 MiB at n 256).
+func renderChunk(n int) int { return max(256*n, 4096) }
 
 // Cut takes p, a rendering appended to what Room returned, out of the chunk for good, so that
 // the Slab never writes it again. When the append outgrew the room, p is memory of its own and
