@@ -43,9 +43,10 @@ type sourceBatch struct {
 	headers []LogHeader
 	spare   []*partBatch
 	last    *partBatch // the partition part returned last
-	// release is the source batch's Release: its RawJSON keys and values are appended from
-	// its memory (arena.encodeKey), so it is released once the append is done
-	release func()
+	// release is the source batch's Release when it is kept for after the append: its RawJSON
+	// keys and values (borrowed) are appended from its memory (arena.encodeKey)
+	release  func()
+	borrowed bool
 }
 
 type partBatch struct {
@@ -64,6 +65,7 @@ func (b *sourceBatch) reset() {
 	}
 	b.parts = b.parts[:0]
 	b.last = nil
+	b.borrowed = false
 	clear(b.index)
 	b.pos = connect.Position{}
 	b.records = 0
@@ -245,7 +247,13 @@ func (t *sourceTask) routeLoop(ctx context.Context, free <-chan *sourceBatch, in
 		if err := t.route(ctx, batch, b); err != nil {
 			return err
 		}
-		b.release = batch.Release // once appended: b holds RawJSON keys and values as they are
+		switch {
+		case batch.Release == nil:
+		case b.borrowed:
+			b.release = batch.Release // once appended: b holds RawJSON keys and values as they are
+		default:
+			batch.Release() // b holds copies of everything route read, batch.Position aside
+		}
 		select {
 		case out <- b:
 		case <-ctx.Done():
@@ -358,6 +366,11 @@ func (t *sourceTask) add(ctx context.Context, b *sourceBatch, r *connect.Record)
 	b.headers, hs = b.arena.encodeHeaders(b.headers, r)
 	p := b.part(tp)
 	p.recs = append(p.recs, LogRecord{Timestamp: r.Timestamp, Key: key, Value: value, Headers: hs})
+	if _, ok := r.Key.(connect.RawJSON); ok {
+		b.borrowed = true
+	} else if _, ok := r.Value.(connect.RawJSON); ok {
+		b.borrowed = true
+	}
 	if len(r.Position.Order) > 0 {
 		p.last = r.Position
 	}

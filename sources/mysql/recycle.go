@@ -80,6 +80,8 @@ type recycler struct {
 	bytes  pool[byte]
 	raws   pool[connect.RawJSON]
 	recs   pool[connect.Record]
+	// keepBytes is how many byte slabs bytes keeps (0: maxPooled)
+	keepBytes int
 }
 
 // generation is the slabs of one batch.
@@ -99,9 +101,7 @@ func (rc *recycler) release(g *generation) {
 	rc.rows.put(g.rows, boxSlab, 0)
 	rc.ints.put(g.ints, boxSlab, 0)
 	rc.strs.put(g.strs, boxSlab, 0)
-	// a snapshot batch's rendered rows and fetched text fill a few dozen byte slabs, and
-	// batches are released only once appended: keep enough for the batches in flight (16 MiB)
-	rc.bytes.put(g.bytes, bytesSlab, 4*maxPooled)
+	rc.bytes.put(g.bytes, bytesSlab, rc.keepBytes)
 	rc.raws.put(g.raws, boxSlab, 0)
 	if g.recs != nil {
 		// what stale records point to stays alive until overwritten: other pooled slabs

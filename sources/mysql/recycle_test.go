@@ -75,11 +75,17 @@ func TestSnapshotReleasedBatches(t *testing.T) {
 	}
 }
 
-// The recycler keeps standard slabs only, and at most maxPooled of a kind (four times as many
-// byte slabs, the most a snapshot batch fills): slabs made for large values (or large batches)
-// go back to the collector, so that what it holds stays small whatever a table's values were.
+// The recycler keeps standard slabs only, and at most maxPooled of a kind (keepBytes byte slabs
+// when set, as the snapshot's): slabs made for large values (or large batches) go back to the
+// collector, so that what it holds stays small whatever a table's values were.
 func TestRecyclerKeepsStandardSlabs(t *testing.T) {
-	rc := &recycler{}
+	for _, keep := range []int{0, 4 * maxPooled} {
+		testRecyclerKeeps(t, keep)
+	}
+}
+
+func testRecyclerKeeps(t *testing.T, keep int) {
+	rc := &recycler{keepBytes: keep}
 	var g generation
 	for range 4*maxPooled + 10 {
 		g.bytes = append(g.bytes, make([]byte, 0, bytesSlab), make([]byte, 0, 4<<20))
@@ -89,9 +95,9 @@ func TestRecyclerKeepsStandardSlabs(t *testing.T) {
 	rc.release(&g)
 	for kind, free := range map[string][]int{"bytes": caps(rc.bytes.free), "fields": caps(rc.fields.free), "records": caps(rc.recs.free)} {
 		limit := map[string]int{"bytes": bytesSlab, "fields": maxFieldSlab, "records": maxPooledRecords}[kind]
-		want := map[string]int{"bytes": 4 * maxPooled, "fields": maxPooled, "records": 0}[kind]
+		want := map[string]int{"bytes": max(keep, maxPooled), "fields": maxPooled, "records": 0}[kind]
 		if len(free) != want {
-			t.Errorf("%s: %d slabs kept, want %d", kind, len(free), want)
+			t.Errorf("keepBytes %d: %s: %d slabs kept, want %d", keep, kind, len(free), want)
 		}
 		for _, c := range free {
 			if c > limit {

@@ -136,7 +136,9 @@ func (sn *snapshotter) start() {
 	perChunk := sn.s.cfg.fetchSize/sn.s.cfg.maxBatch + 1
 	// cells come back after conversion: room for the sets of a chunk and those converting
 	sn.spare = make(chan []cell, perChunk+k+1)
-	sn.rc = &recycler{}
+	// a batch's rendered rows and fetched text fill a few dozen byte slabs, and batches are
+	// released only once appended: keep enough for the batches in flight (16 MiB)
+	sn.rc = &recycler{keepBytes: 4 * maxPooled}
 	for range k {
 		in := make(chan *rowSet, perChunk/k+1)
 		out := make(chan snapItem, 1)
