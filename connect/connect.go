@@ -96,6 +96,10 @@ type Env struct {
 	// Store is the connector's durable state store in the log (nil for sinks), for state that
 	// must outlive restarts apart from the position, e.g. the MySQL schema history.
 	Store Store
+	// RawJSON is set when the runtime stores a source's RawJSON keys and values as they are:
+	// the connector has no transforms, which would need them parsed first. A source may then
+	// render records as JSON itself; otherwise Rows serve the transforms better.
+	RawJSON bool
 }
 
 // Store is a connector's durable, ordered record store, kept in an internal topic of the log.

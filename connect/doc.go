@@ -23,10 +23,11 @@
 //
 //	{"before": {...}|null, "after": {...}|null, "source": {...}, "op": "c|u|d|r|t", "ts_ms": N}
 //
-// followed, for a delete, by a tombstone: the same key and a nil value. A source may hand over a
-// key or value already rendered as JSON ([RawJSON], e.g. the PostgreSQL snapshot's rows, rendered
-// from the server's text); the runtime stores that text as it is and parses it before any
-// transform or predicate sees the record, so they only meet the types above. Transforms may reshape the
+// followed, for a delete, by a tombstone: the same key and a nil value. When the connector has
+// no transforms ([Env].RawJSON), a source may hand over a key or value already rendered as JSON
+// ([RawJSON], e.g. the snapshots' rows, rendered from the server's values); the runtime stores
+// that text as it is. It would parse it before any transform or predicate saw the record, so
+// they only meet the types above. Transforms may reshape the
 // value into anything of the data model (for example a flat row after "unwrap"). The record's
 // [Record.Version] and the [HeaderUnchanged] header survive every transform, so sinks can refuse
 // stale writes and do partial updates whatever the value's shape.

@@ -37,7 +37,9 @@ func (r Record) IsTombstone() bool { return r.Value == nil }
 // is the tombstone). AppendJSON copies it unchanged, so a source that renders rows straight
 // from its wire format spares building them as Rows and rendering them again. It is a
 // rendering, not a type of the data model: the runtime parses it (Materialize) before any
-// transform or predicate sees the record, so they only ever meet the data model's types.
+// transform or predicate sees the record, so they only ever meet the data model's types. That
+// parse costs more than building Rows would have, so sources render only when the runtime
+// says it stores renderings as they are (Env.RawJSON: the connector has no transforms).
 type RawJSON []byte
 
 // Materialize returns v with a RawJSON parsed into the value it renders; any other value is

@@ -409,3 +409,37 @@ func TestSourceTopicFromRewrittenMemory(t *testing.T) {
 		})
 	}
 }
+
+// The runtime lets a source render its records as JSON (connect.Env.RawJSON) only when the
+// connector has no transforms: transforms read Rows, which a rendering would have to be parsed
+// back into.
+func TestSourceEnvRawJSON(t *testing.T) {
+	for _, chain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("transforms=%v", chain), func(t *testing.T) {
+			envs := make(chan connect.Env, 8)
+			p := datagen.Plugin()
+			inner := p.NewSource
+			p.Name, p.NewSource = "envcheck", func(cfg connect.Config, env connect.Env) (connect.Source, error) {
+				envs <- env
+				return inner(cfg, env)
+			}
+			log := runtimetest.NewLog()
+			h := transformHarness(t, log, p, 1)
+			var cfg map[string]string
+			if chain {
+				cfg = datagenConfig(10, 4, 2, "transforms", "route",
+					"transforms.route.type", "content_router", "transforms.route.topic.expression", "value.source.table")
+			} else {
+				cfg = datagenConfig(10, 4, 2)
+			}
+			h.add("gen", "envcheck", cfg)
+			h.start()
+			h.waitCommitted(10)
+			h.stop()
+			env := <-envs
+			if env.RawJSON == chain {
+				t.Fatalf("with transforms %v the source got RawJSON %v", chain, env.RawJSON)
+			}
+		})
+	}
+}

@@ -138,7 +138,8 @@ func (c *connector) runSource(ctx, force context.Context) error {
 	if len(spec.Config) == 0 {
 		spec.Config = nil
 	}
-	env := connect.Env{Connector: c.Name, Task: 0, Logger: c.logger, Store: &store{log: log, topics: c.rt.topics, prod: prod, topic: StoreTopicPrefix + c.Name}}
+	env := connect.Env{Connector: c.Name, Task: 0, Logger: c.logger, Store: &store{log: log, topics: c.rt.topics, prod: prod, topic: StoreTopicPrefix + c.Name},
+		RawJSON: c.Chain == nil}
 	src, err := c.Plugin.NewSource(c.Config, env)
 	if err != nil {
 		return fmt.Errorf("build source %s: %w", c.Plugin.Name, err)

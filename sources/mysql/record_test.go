@@ -205,7 +205,16 @@ func BenchmarkSnapshotRows(b *testing.B) {
 // their conversion as the runtime does; only a batch's last record carries a State, and every
 // record an Order.
 func TestSnapshotRecycledBatches(t *testing.T) {
+	for _, raw := range []bool{true, false} {
+		t.Run(fmt.Sprintf("RawJSON=%v", raw), func(t *testing.T) { testSnapshotRecycledBatches(t, raw) })
+	}
+}
+
+// testSnapshotRecycledBatches is TestSnapshotRecycledBatches with the records' keys and values
+// rendered (raw) or Rows.
+func testSnapshotRecycledBatches(t *testing.T, raw bool) {
 	s, _, tbl := offlineSource(t, nil)
+	s.env.RawJSON = raw
 	// and a TIMESTAMP: its values are strings made in the boxer's string data
 	tbl.cols = append(tbl.cols, column{name: "ts", kind: kindTimestamp, fsp: 6, nullable: true})
 	s.finishTable(tbl, []int{0})
@@ -296,11 +305,13 @@ func TestSnapshotRecycledBatches(t *testing.T) {
 	for i, b := range pending {
 		check(38+i, b)
 	}
-	// the rendered rows live in the string data slabs
+	// rendered rows live in the string data slabs, Rows in field slabs
 	rc.bytes.mu.Lock()
 	defer rc.bytes.mu.Unlock()
-	if len(rc.bytes.free) == 0 {
-		t.Fatal("no string data slab came back to the recycler")
+	rc.fields.mu.Lock()
+	defer rc.fields.mu.Unlock()
+	if len(rc.bytes.free) == 0 || !raw && len(rc.fields.free) == 0 {
+		t.Fatalf("slabs that came back to the recycler: %d of string data, %d of fields", len(rc.bytes.free), len(rc.fields.free))
 	}
 }
 

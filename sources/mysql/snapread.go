@@ -431,13 +431,8 @@ func (cv *converter) run(ctx context.Context, in <-chan *rowSet, out chan<- snap
 func (cv *converter) convert(rs *rowSet) ([]connect.Record, func(), error) {
 	sn := cv.sn
 	s := sn.s
-	opts := &s.opts
-	t := rs.t
-	id := sn.plan.Tables[rs.ti]
 	cv.fields.reset()
 	cv.bx.reset()
-	nowMs := s.now().UnixMilli()
-	ver := version(sn.vseq, sn.vpos)
 	n := rs.n
 	if rs.trunc {
 		n++
@@ -446,13 +441,32 @@ func (cv *converter) convert(rs *rowSet) ([]connect.Record, func(), error) {
 	if rs.trunc {
 		recs = append(recs, cv.truncateRecord(rs))
 	}
+	var err error
+	if s.env.RawJSON {
+		recs, err = cv.rendered(rs, recs)
+	} else {
+		recs, err = cv.rows(rs, recs)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", sn.plan.Tables[rs.ti], err)
+	}
+	return recs, cv.rc.batch(&cv.fields, &cv.bx, recs, rs.slabs), nil
+}
+
+// rendered appends the records of a row set to recs with their keys and values rendered as
+// JSON (render.go), as the runtime stores them when the connector has no transforms
+// (connect.Env.RawJSON).
+func (cv *converter) rendered(rs *rowSet, recs []connect.Record) ([]connect.Record, error) {
+	sn := cv.sn
+	opts, t := &sn.s.opts, rs.t
+	ver := version(sn.vseq, sn.vpos)
 	// the end of every row's value after its image: {"before":null,"after":…,"source":…,"op":"r","ts_ms":…}
 	src, err := connect.AppendJSON(nil, rs.src)
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: source block: %w", id, err)
+		return nil, fmt.Errorf("source block: %w", err)
 	}
 	tail := append(append([]byte(`,"source":`), src...), `,"op":"r","ts_ms":`...)
-	tail = append(strconv.AppendInt(tail, nowMs, 10), '}')
+	tail = append(strconv.AppendInt(tail, sn.s.now().UnixMilli(), 10), '}')
 	cv.rj.use(t)
 	for r := 0; r < rs.n; r++ {
 		row := rs.row(r)
@@ -466,7 +480,7 @@ func (cv *converter) convert(rs *rowSet) ([]connect.Record, func(), error) {
 			buf, err = cv.rj.appendKey(buf, row, opts, &cv.bx)
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("snapshot %s: %w", id, err)
+			return nil, err
 		}
 		cv.bx.cut(buf)
 		cv.rowHint = min(max(cv.rowHint, 2*len(buf)), maxRowHint)
@@ -480,7 +494,64 @@ func (cv *converter) convert(rs *rowSet) ([]connect.Record, func(), error) {
 			Version: ver, Position: cv.position(rs, row, rs.rows0+int64(r)+1, r == rs.n-1),
 		})
 	}
-	return recs, cv.rc.batch(&cv.fields, &cv.bx, recs, rs.slabs), nil
+	return recs, nil
+}
+
+// rows appends the records of a row set to recs with Rows for keys and values, which a
+// connector's transforms read without parsing.
+func (cv *converter) rows(rs *rowSet, recs []connect.Record) ([]connect.Record, error) {
+	sn := cv.sn
+	opts, t := &sn.s.opts, rs.t
+	ver := version(sn.vseq, sn.vpos)
+	nowMs := cv.bx.int(sn.s.now().UnixMilli())
+	nk := len(t.key)
+	nkf := nk // key fields of the block
+	if t.keyPrefix {
+		nkf = 0 // the key shares the image's fields
+	}
+	for r := 0; r < rs.n; r++ {
+		row := rs.row(r)
+		blk := cv.fields.newBlock(0, t.nOut, nkf)
+		for i := range t.cols {
+			c := &t.cols[i]
+			if c.excluded {
+				continue
+			}
+			v, err := c.snapshotValue(&row[i], opts, &cv.bx)
+			if err != nil {
+				return nil, err
+			}
+			if c.mask != nil {
+				v = c.mask(v)
+			}
+			blk.after[c.out] = connect.Field{Name: c.name, Value: v}
+		}
+		var key any
+		switch {
+		case nk > 0 && t.keyPrefix:
+			key = cv.bx.row(blk.after[:nk:nk])
+		case nk > 0:
+			for j, i := range t.key {
+				c := &t.cols[i]
+				if !c.excluded && c.mask == nil {
+					blk.key[j] = blk.after[c.out]
+					continue
+				}
+				v, err := c.snapshotValue(&row[i], opts, &cv.bx)
+				if err != nil {
+					return nil, fmt.Errorf("key: %w", err)
+				}
+				blk.key[j] = connect.Field{Name: c.name, Value: v}
+			}
+			key = cv.bx.row(blk.key)
+		}
+		recs = append(recs, connect.Record{
+			Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started,
+			Key: key, Value: blk.envelope(&cv.bx, nil, blk.after, rs.src, connect.OpRead, nowMs),
+			Version: ver, Position: cv.position(rs, row, rs.rows0+int64(r)+1, r == rs.n-1),
+		})
+	}
+	return recs, nil
 }
 
 // position is the position right after a row, the rows-th of its table. Only the batch's

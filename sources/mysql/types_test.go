@@ -191,6 +191,21 @@ func TestTypeMatrix(t *testing.T) {
 	if diff := cmp.Diff(snap, afterImages(t, &lb, db, connect.OpRead)); diff != "" {
 		t.Errorf("snapshot after images through the text and the binary protocol differ (-text +binary):\n%s", diff)
 	}
+	// and as Rows (a connector with transforms), through either protocol, the same images and keys
+	for _, prepared := range []bool{false, true} {
+		rows := newSource(t, baseConfig(m, db, map[string]string{KeySnapshotMode: SnapshotInitialOnly, KeySnapshotLocking: "none"}), nil)
+		rows.env.RawJSON, rows.forcePrepared = false, prepared
+		var lr testLog
+		lr.run(t, rows, time.Minute, func(*testLog) bool { return rows.phase == phaseIdle })
+		for i, r := range lr.recs {
+			if _, ok := r.Value.(connect.RawJSON); ok {
+				t.Fatalf("prepared %v: record %d is rendered, want Rows", prepared, i)
+			}
+		}
+		if diff := cmp.Diff(snap, afterImages(t, &lr, db, connect.OpRead)); diff != "" {
+			t.Errorf("snapshot after images rendered and as Rows (prepared %v) differ (-rendered +rows):\n%s", prepared, diff)
+		}
+	}
 
 	// the same rows again, through the binlog
 	del := []string{"USE " + quoteName(db)}

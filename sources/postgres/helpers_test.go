@@ -174,10 +174,17 @@ func (w testWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// openSource builds and opens a source.
+// openSource builds and opens a source, as the runtime does for a connector without
+// transforms (snapshot rows rendered as JSON: connect.Env.RawJSON).
 func openSource(t testing.TB, cfg map[string]string, after connect.Position) *Source {
 	t.Helper()
-	src, err := NewFromConfig(cfg, connect.Env{Connector: "test", Logger: testLogger(t)})
+	return openSourceEnv(t, cfg, after, true)
+}
+
+// openSourceEnv is openSource with connect.Env.RawJSON as given.
+func openSourceEnv(t testing.TB, cfg map[string]string, after connect.Position, rawJSON bool) *Source {
+	t.Helper()
+	src, err := NewFromConfig(cfg, connect.Env{Connector: "test", Logger: testLogger(t), RawJSON: rawJSON})
 	if err != nil {
 		t.Fatal(err)
 	}

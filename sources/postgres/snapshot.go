@@ -521,26 +521,16 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 		}
 		return kindText, vals[i]
 	}
-	// the envelope ChangeEvent.Row renders: {"before":null,"after":…,"source":…,"op":"r","ts_ms":…}
-	if now := s.nowMs.(int64); cur.tail == nil || cur.tailMs != now {
-		cur.tail = append(append(cur.tail[:0], `,"source":`...), cur.sourceJSON...)
-		cur.tail = strconv.AppendInt(append(cur.tail, `,"op":"r","ts_ms":`...), now, 10)
-		cur.tail, cur.tailMs = append(cur.tail, '}'), now
-	}
-	// the value, then the key, rendered straight into the slab
-	buf, err := t.appendImage(append(s.slab.Room(sn.rowHint), envelopeHead...), get)
-	if err != nil {
-		return connect.Record{}, err
-	}
-	buf = append(buf, cur.tail...)
-	end := len(buf)
-	if t.key != nil {
-		if buf, err = t.appendKey(buf, get); err != nil {
+	var buf []byte
+	var end int
+	var err error
+	if s.env.RawJSON {
+		if buf, end, err = sn.render(cur, get); err != nil {
 			return connect.Record{}, err
 		}
+	} else if err = t.decode(get); err != nil {
+		return connect.Record{}, err
 	}
-	s.slab.Cut(buf)
-	sn.rowHint = min(max(sn.rowHint, 2*len(buf)), maxRowHint)
 	// the chunk key, kept (in reused buffers) for the next chunk's query
 	cur.keyBuf = cur.keyBuf[:0]
 	cur.lastKey = cur.lastKey[:0]
@@ -561,21 +551,48 @@ func (sn *snapshotter) row(cur *snapTable, vals [][]byte) (connect.Record, error
 	}
 	cur.rows++
 	cur.chunkRows++
-	r := connect.Record{
-		Topic:     t.topic,
-		Partition: -1,
-		Offset:    -1,
-		Timestamp: sn.started,
-		Version:   int64(sn.lsn),
-		Position:  connect.Position{Order: snapshotOrder(&s.posSlab, s.epoch, sn.index, order, cur.attempt, cur.rows)},
+	pos := connect.Position{Order: snapshotOrder(&s.posSlab, s.epoch, sn.index, order, cur.attempt, cur.rows)}
+	sn.mark(cur)
+	s.st.events.Add(1)
+	if !s.env.RawJSON {
+		// Rows, for the connector's transforms
+		after, _, key := t.imageKey()
+		return s.record(t, &event{op: connect.OpRead, after: after, key: key, commit: sn.started, version: sn.lsn,
+			source: cur.source, pos: pos}), nil
 	}
+	r := connect.Record{Topic: t.topic, Partition: -1, Offset: -1, Timestamp: sn.started, Version: int64(sn.lsn), Position: pos}
 	if t.key != nil {
 		r.Key = s.slab.RawJSON(buf[end:])
 	}
 	r.Value = s.slab.RawJSON(buf[:end])
-	sn.mark(cur)
-	s.st.events.Add(1)
 	return r, nil
+}
+
+// render renders a snapshot row's value and then its key as JSON straight into the slab (see
+// render.go), returning both and where the value ends. It is how rows are made when the
+// runtime stores them as they are (connect.Env.RawJSON).
+func (sn *snapshotter) render(cur *snapTable, get func(i int) (byte, []byte)) ([]byte, int, error) {
+	s, t := sn.s, cur.t
+	// the envelope ChangeEvent.Row renders: {"before":null,"after":…,"source":…,"op":"r","ts_ms":…}
+	if now := s.nowMs.(int64); cur.tail == nil || cur.tailMs != now {
+		cur.tail = append(append(cur.tail[:0], `,"source":`...), cur.sourceJSON...)
+		cur.tail = strconv.AppendInt(append(cur.tail, `,"op":"r","ts_ms":`...), now, 10)
+		cur.tail, cur.tailMs = append(cur.tail, '}'), now
+	}
+	buf, err := t.appendImage(append(s.slab.Room(sn.rowHint), envelopeHead...), get)
+	if err != nil {
+		return nil, 0, err
+	}
+	buf = append(buf, cur.tail...)
+	end := len(buf)
+	if t.key != nil {
+		if buf, err = t.appendKey(buf, get); err != nil {
+			return nil, 0, err
+		}
+	}
+	s.slab.Cut(buf)
+	sn.rowHint = min(max(sn.rowHint, 2*len(buf)), maxRowHint)
+	return buf, end, nil
 }
 
 // envelopeHead starts a snapshot record's value (see snapshotter.row).
