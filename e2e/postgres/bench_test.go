@@ -144,10 +144,11 @@ func bareDrain(b *testing.B, d *database, slot string, want int) time.Duration {
 	return time.Since(t0)
 }
 
-// sourceDrain reads the source (opened fresh on an existing slot) until it has want records.
+// sourceDrain reads the source (opened fresh on an existing slot) until it has want records,
+// as the runtime runs it for a connector without transforms (connect.Env.RawJSON).
 func sourceDrain(b *testing.B, cfg map[string]string, want int) time.Duration {
 	ctx := context.Background()
-	src, err := postgres.NewFromConfig(cfg, connect.Env{Connector: "bench"})
+	src, err := postgres.NewFromConfig(cfg, connect.Env{Connector: "bench", RawJSON: true})
 	if err != nil {
 		b.Fatal(err)
 	}
