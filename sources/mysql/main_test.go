@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -188,11 +189,14 @@ func checkRendered(t testing.TB, r connect.Record) {
 			t.Fatalf("record of %s: rendered JSON %s: %v", r.Topic, raw, err)
 		}
 		again, err := connect.AppendJSON(nil, x)
-		if err != nil || x == nil || string(again) != string(raw) {
+		if err != nil || x == nil || string(again) != zeroSigns(string(raw)) {
 			t.Fatalf("record of %s: rendered\n %s\nbut its value renders\n %s (%v)", r.Topic, raw, again, err)
 		}
 	}
 }
+
+// negZero matches a number -0, which parses as the integer 0 (renderings keep a float's sign).
+var negZero = regexp.MustCompile(`([:,\[])-0([,\]}])`)
 
 // value returns a record's change event.
 func event(t testing.TB, r connect.Record) *connect.ChangeEvent {
@@ -326,4 +330,9 @@ func drain(t testing.TB, ctx context.Context, m *harness.MariaDB, src *Source, l
 			return
 		}
 	}
+}
+
+// zeroSigns replaces every number -0 in a JSON text by 0 (twice: neighbours share a comma).
+func zeroSigns(s string) string {
+	return negZero.ReplaceAllString(negZero.ReplaceAllString(s, "${1}0${2}"), "${1}0${2}")
 }

@@ -12,6 +12,7 @@ import (
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // Reading the snapshot: a pipeline of goroutines started by open and stopped by close.
@@ -196,7 +197,7 @@ func (sn *snapshotter) read(ctx context.Context) (connect.Batch, bool, error) {
 				recs, release := sn.held, sn.heldRelease
 				sn.held, sn.heldRelease = nil, nil
 				if n := len(recs); n > 0 {
-					markLast(&recs[n-1])
+					snapshot.MarkLast(&recs[n-1])
 				}
 				return batchOf(recs, release), true, nil
 			}

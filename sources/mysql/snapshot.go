@@ -288,31 +288,6 @@ func intArgs(args []any) bool {
 	return true
 }
 
-// markLast sets source.snapshot of the snapshot's last record to "last", on a copy of the source
-// block the record shares with the others of its table.
-func markLast(rec *connect.Record) {
-	if raw, ok := rec.Value.(connect.RawJSON); ok {
-		// the one record whose source block differs from the table's: parsed back
-		v, err := connect.Materialize(raw)
-		if err != nil {
-			return
-		}
-		rec.Value = v
-	}
-	env, ok := rec.Value.(connect.Row)
-	if !ok {
-		return
-	}
-	i := env.Index(connect.FieldSource)
-	src, ok := env[i].Value.(connect.Row)
-	if i < 0 || !ok {
-		return
-	}
-	own := src.Clone()
-	own[own.Index("snapshot")].Value = "last"
-	env[i].Value = own
-}
-
 func (sn *snapshotter) nextTable() {
 	sn.ti++
 	sn.after, sn.rows, sn.run = nil, 0, 0

@@ -13,7 +13,7 @@ import (
 
 // benchSource is a Source with one table (id int, v int, s text, t timestamptz) and a
 // transaction in progress, without a server.
-func benchSource(b *testing.B) (*Source, *table) {
+func benchSource(b testing.TB) (*Source, *table) {
 	cfg, errs := Plugin().ParseConfig(map[string]string{KeyHostname: "h", KeyUser: "u", KeyDBName: "d", KeyTopicPrefix: "pg"})
 	if len(errs) > 0 {
 		b.Fatal(errs)
@@ -64,9 +64,27 @@ func BenchmarkStreamInsert(b *testing.B) {
 	}
 }
 
-// The per-row cost of the snapshot path.
+// The per-row cost of the snapshot path: rows rendered as JSON (a connector without
+// transforms) or built as Rows.
 func BenchmarkSnapshotRow(b *testing.B) {
+	for _, raw := range []bool{true, false} {
+		b.Run(map[bool]string{true: "rendered", false: "rows"}[raw], func(b *testing.B) {
+			sn, cur := benchSnapshot(b, raw)
+			vals := [][]byte{[]byte("123456"), []byte("456"), []byte("row 123456"), []byte("2024-01-31 13:45:30.123456+00")}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := sn.row(cur, vals); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// benchSnapshot is a snapshot of benchSource's table, its rows rendered as JSON when raw.
+func benchSnapshot(b testing.TB, raw bool) (*snapshotter, *snapTable) {
 	s, t := benchSource(b)
+	s.env.RawJSON = raw
 	sn := &snapshotter{s: s, lsn: 100, started: time.Now()}
 	cur := &snapTable{ref: tableRef{OID: 16384, Schema: "public", Name: "items"}, t: t,
 		chunk: newChunkQuery("public", "items", []colDef{{"id", pgtype.Int4OID, -1}, {"v", pgtype.Int4OID, -1}, {"s", pgtype.TextOID, -1}, {"t", pgtype.TimestamptzOID, -1}}, []string{"id"}, map[string]uint32{"id": pgtype.Int4OID}, 10240),
@@ -74,11 +92,5 @@ func BenchmarkSnapshotRow(b *testing.B) {
 	cur.statePrefix = snapshotStatePrefix(0, 100, "public", "items", 0)
 	cur.source = s.sourceRow(t, int64(1), "true", nil, nil, int64(100))
 	cur.sourceJSON, _ = connect.AppendJSON(nil, cur.source) // as openTable renders it
-	vals := [][]byte{[]byte("123456"), []byte("456"), []byte("row 123456"), []byte("2024-01-31 13:45:30.123456+00")}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := sn.row(cur, vals); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return sn, cur
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // The snapshot reads every captured table inside one REPEATABLE READ transaction: the one
@@ -603,7 +604,7 @@ const envelopeHead = `{"before":null,"after":`
 func (s *Source) finishSnapshot(ctx context.Context, recs []connect.Record) (connect.Batch, error) {
 	sn := s.snap
 	if n := len(recs); n > 0 {
-		markLast(&recs[n-1])
+		snapshot.MarkLast(&recs[n-1])
 	}
 	if _, err := s.cat.Exec(ctx, "COMMIT"); err != nil {
 		return connect.Batch{}, fmt.Errorf("end snapshot: %w", err)
@@ -620,32 +621,4 @@ func (s *Source) finishSnapshot(ctx context.Context, recs []connect.Record) (con
 		s.phase = phaseStreaming // the stream connects on the next Read
 	}
 	return connect.Batch{Records: recs, Position: s.encodeCur()}, nil
-}
-
-// markLast sets source.snapshot to "last" in a snapshot record's value (on a copy: the
-// source block is shared by the table's rows).
-func markLast(r *connect.Record) {
-	if raw, ok := r.Value.(connect.RawJSON); ok {
-		// the one record of the snapshot whose source block differs: parsed back
-		x, err := connect.Materialize(raw)
-		if err != nil {
-			return
-		}
-		r.Value = x
-	}
-	v, ok := r.Value.(connect.Row)
-	if !ok {
-		return
-	}
-	if src, ok := v[2].Value.(connect.Row); ok {
-		src = append(connect.Row(nil), src...)
-		for i := range src {
-			if src[i].Name == "snapshot" {
-				src[i].Value = "last"
-			}
-		}
-		v = append(connect.Row(nil), v...)
-		v[2].Value = src
-		r.Value = v
-	}
 }
