@@ -163,7 +163,8 @@ func (b *boxer) cut(p []byte) {
 	}
 }
 
-// rawAt boxes p, a rendering that is never written again, as a connect.RawJSON.
+// rawAt boxes p, a rendering that the slab never writes again (only snapshot.MarkLast edits
+// the last record's own bytes before the batch is handed over), as a connect.RawJSON.
 func (b *boxer) rawAt(p []byte) any {
 	if len(b.raws) == cap(b.raws) {
 		if b.vrc == nil {

@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,14 +14,17 @@ import (
 // part of the key), a key column excluded from the image but kept in the key, a key whose
 // columns come in another order than the table's, NULLs, text that needs escaping, the extreme
 // integers and DATETIMEs of 3 and 6 digits, in both time.precision.modes that tell them apart;
-// the envelope's ts_ms is when the row was read.
+// the envelope's ts_ms is when the row was read, and the last record is marked "last". So do
+// the Rows a connector with transforms gets (connect.Env.RawJSON unset).
 func TestSnapshotRenderMatchesStream(t *testing.T) {
 	for _, mode := range []string{"adaptive_time_microseconds", "connect"} {
-		t.Run(mode, func(t *testing.T) { testSnapshotRenderMatchesStream(t, mode) })
+		for _, raw := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/RawJSON=%v", mode, raw), func(t *testing.T) { testSnapshotRenderMatchesStream(t, mode, raw) })
+		}
 	}
 }
 
-func testSnapshotRenderMatchesStream(t *testing.T, mode string) {
+func testSnapshotRenderMatchesStream(t *testing.T, mode string, raw bool) {
 	m := sharedMariaDB(t)
 	db := testDB(t, m)
 	exec(t, m, "USE "+quoteName(db),
@@ -41,22 +45,28 @@ func testSnapshotRenderMatchesStream(t *testing.T, mode string) {
 	}
 	store := &memStore{}
 	src := newSource(t, opts(nil), store)
+	src.env.RawJSON = raw
 	var l testLog
 	t0 := time.Now().UnixMilli()
 	l.run(t, src, time.Minute, func(l *testLog) bool { return src.phase == phaseStreaming })
 	t1 := time.Now().UnixMilli()
 	topic := "test." + db + ".r"
 	snap := map[string]string{}
-	for i, r := range l.recs {
-		if r.Topic != topic {
-			continue
+	var recs []connect.Record
+	for _, r := range l.recs {
+		if r.Topic == topic {
+			recs = append(recs, r)
 		}
-		// the last one is parsed back to mark it "last"
-		if _, ok := r.Value.(connect.RawJSON); !ok && i < len(l.recs)-1 {
-			t.Fatalf("snapshot record %d: value %T, want the rendered connect.RawJSON", i, r.Value)
+	}
+	for i, r := range recs {
+		if _, ok := r.Value.(connect.RawJSON); ok != raw {
+			t.Fatalf("snapshot record %d: value %T, want a rendering %v", i, r.Value, raw)
 		}
 		if ts := event(t, r).TsMs; ts < t0 || ts > t1 {
 			t.Errorf("snapshot record %d: ts_ms %d, want the time of its read, %d to %d", i, ts, t0, t1)
+		}
+		if mark, _ := event(t, r).Source.Get("snapshot"); mark != map[bool]string{true: "last", false: "true"}[i == len(recs)-1] {
+			t.Errorf("snapshot record %d of %d: source.snapshot %v", i, len(recs), mark)
 		}
 		k, _ := connect.AppendJSON(nil, r.Key)
 		v, _ := connect.AppendJSON(nil, event(t, r).After)

@@ -136,7 +136,7 @@ func TestSnapshotRowsAndRenderingAgree(t *testing.T) {
 		var out []string
 		for i, r := range recs {
 			_, raw := r.Value.(connect.RawJSON)
-			if _, row := r.Value.(connect.Row); !row && !raw || raw != rawJSON && i < len(recs)-1 {
+			if _, row := r.Value.(connect.Row); row == raw || raw != rawJSON {
 				t.Fatalf("RawJSON %v: record %d has a value of %T", rawJSON, i, r.Value)
 			}
 			// the source block and the envelope's ts_ms tell the two snapshots apart (their

@@ -11,7 +11,8 @@ import (
 // records of its table, so the record gets a copy of its own. A rendering is the record's own
 // and changes in place: its source block comes after the row image and holds
 // "snapshot":"true", so the last such text in it is the block's (a value's text cannot hold it
-// unescaped). Parsing the rendering back would not do: a number such as -0 would lose its sign.
+// unescaped; the block must say "true", as the initial snapshots' do). Parsing the rendering
+// back would not do: a number such as -0 would lose its sign.
 func MarkLast(r *connect.Record) {
 	switch v := r.Value.(type) {
 	case connect.RawJSON:
