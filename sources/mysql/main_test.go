@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -168,35 +167,11 @@ func (l *testLog) run(t testing.TB, src *Source, timeout time.Duration, cond fun
 			t.Fatalf("read: %v (log holds %d records)", err, len(l.recs))
 		}
 		for _, r := range b.Records {
-			checkRendered(t, r)
+			harness.CheckRendered(t, r)
 		}
 		l.add(b)
 	}
 }
-
-// checkRendered fails unless a key or value the source rendered itself (connect.RawJSON) is
-// byte for byte what connect.AppendJSON makes of the value it parses to: the rendering that
-// the log stores is the one a Row of the same values would have had.
-func checkRendered(t testing.TB, r connect.Record) {
-	t.Helper()
-	for _, v := range []any{r.Key, r.Value} {
-		raw, ok := v.(connect.RawJSON)
-		if !ok {
-			continue
-		}
-		x, err := connect.Materialize(raw)
-		if err != nil {
-			t.Fatalf("record of %s: rendered JSON %s: %v", r.Topic, raw, err)
-		}
-		again, err := connect.AppendJSON(nil, x)
-		if err != nil || x == nil || string(again) != zeroSigns(string(raw)) {
-			t.Fatalf("record of %s: rendered\n %s\nbut its value renders\n %s (%v)", r.Topic, raw, again, err)
-		}
-	}
-}
-
-// negZero matches a number -0, which parses as the integer 0 (renderings keep a float's sign).
-var negZero = regexp.MustCompile(`([:,\[])-0([,\]}])`)
 
 // value returns a record's change event.
 func event(t testing.TB, r connect.Record) *connect.ChangeEvent {
@@ -330,9 +305,4 @@ func drain(t testing.TB, ctx context.Context, m *harness.MariaDB, src *Source, l
 			return
 		}
 	}
-}
-
-// zeroSigns replaces every number -0 in a JSON text by 0 (twice: neighbours share a comma).
-func zeroSigns(s string) string {
-	return negZero.ReplaceAllString(negZero.ReplaceAllString(s, "${1}0${2}"), "${1}0${2}")
 }

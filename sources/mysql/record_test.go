@@ -12,6 +12,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/e2e/harness"
 )
 
 // offlineSource is a Source with one captured table (id INT key, v INT, s VARCHAR, d
@@ -447,6 +448,6 @@ func TestSnapshotHugeRowThenSmallRows(t *testing.T) {
 		if !bytes.Contains(v, []byte(want)) || !bytes.Contains(v, []byte(fmt.Sprintf(`{"id":%d,"v":%d,`, i, 3*i))) {
 			t.Errorf("record %d: %.200s", i, v)
 		}
-		checkRendered(t, recs[i])
+		harness.CheckRendered(t, recs[i])
 	}
 }

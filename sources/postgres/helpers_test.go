@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -223,7 +222,7 @@ func (l *memLog) add(t testing.TB, b connect.Batch) {
 			t.Fatalf("orders do not grow within a batch: %x after %x", r.Position.Order, prev)
 		}
 		prev = r.Position.Order
-		checkRendered(t, r)
+		harness.CheckRendered(t, r)
 		if f := l.floor[r.Topic]; f != nil && bytes.Compare(r.Position.Order, f) <= 0 {
 			l.dropped++
 			continue
@@ -283,32 +282,6 @@ func jsonOf(t testing.TB, v any) string {
 	}
 	return string(b)
 }
-
-// checkRendered fails unless a key or value the source rendered itself (connect.RawJSON) is
-// byte for byte what connect.AppendJSON makes of the value it parses to: the rendering that
-// the log stores is the one a Row of the same values would have had.
-func checkRendered(t testing.TB, r connect.Record) {
-	t.Helper()
-	for _, v := range []any{r.Key, r.Value} {
-		raw, ok := v.(connect.RawJSON)
-		if !ok {
-			continue
-		}
-		x, err := connect.Materialize(raw)
-		if err != nil {
-			t.Fatalf("record %s: rendered JSON %s: %v", r.Topic, raw, err)
-		}
-		if x == nil {
-			t.Fatalf("record %s: rendered JSON null", r.Topic)
-		}
-		if again := jsonOf(t, x); again != zeroSigns(string(raw)) {
-			t.Fatalf("record %s: rendered\n %s\nbut its value renders\n %s", r.Topic, raw, again)
-		}
-	}
-}
-
-// negZero matches a number -0, which parses as the integer 0 (renderings keep a float's sign).
-var negZero = regexp.MustCompile(`([:,\[])-0([,\]}])`)
 
 // keyOf returns a record's key as a Row, parsing a rendered one.
 func keyOf(t testing.TB, r connect.Record) connect.Row {
@@ -498,9 +471,4 @@ func (db *testDB) dropSlot(t testing.TB) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// zeroSigns replaces every number -0 in a JSON text by 0 (twice: neighbours share a comma).
-func zeroSigns(s string) string {
-	return negZero.ReplaceAllString(negZero.ReplaceAllString(s, "${1}0${2}"), "${1}0${2}")
 }

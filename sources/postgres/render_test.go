@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-cdc/sluice/connect"
+	"github.com/sluice-cdc/sluice/e2e/harness"
 )
 
 // A snapshot row, rendered as JSON from the server's values, holds what the stream's Rows hold
@@ -53,7 +54,7 @@ func TestSnapshotRenderMatchesStream(t *testing.T) {
 		if snapMark, _ := ev.Source.Get("snapshot"); snapMark != map[bool]string{true: "last", false: "true"}[i == 2] {
 			t.Errorf("snapshot record %d: source.snapshot %v", i, snapMark)
 		}
-		snap[jsonOf(t, r.Key)] = zeroSigns(jsonOf(t, ev.After))
+		snap[jsonOf(t, r.Key)] = harness.ZeroSigns(jsonOf(t, ev.After))
 		raw[jsonOf(t, r.Key)] = jsonOf(t, r.Value)
 	}
 	for i, r := range recs[3:] {
@@ -65,7 +66,7 @@ func TestSnapshotRenderMatchesStream(t *testing.T) {
 		if !ok {
 			t.Fatalf("stream key %s: no snapshot row has it (snapshot keys %v)", k, snap)
 		}
-		if got := zeroSigns(jsonOf(t, eventOf(t, r).After)); got != want {
+		if got := harness.ZeroSigns(jsonOf(t, eventOf(t, r).After)); got != want {
 			t.Errorf("key %s:\nsnapshot %s\nstream   %s", k, want, got)
 		}
 	}
