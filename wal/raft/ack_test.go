@@ -72,7 +72,7 @@ func TestAckWaitsForMajorityFsync(t *testing.T) {
 		// A long election timeout, so that no election (of a loaded
 		// machine) moves the leadership during the checks; node 1 is
 		// made to campaign at once.
-		n.cfg = Config{Dir: "/node", NodeID: nd.ID, Nodes: nodes, TickInterval: 20 * time.Millisecond, ElectionTicks: 100,
+		n.cfg = Config{Dir: "/node", NodeID: nd.ID, Nodes: nodes, TickInterval: 20 * time.Millisecond, ElectionTicks: 250,
 			Logger: testLogger(t).With("node", nd.ID), WAL: wal.Options{FS: n.fs}}
 		h := &fsyncHold{prefix: "/node/topics/h/", blocked: make(chan string, 64)}
 		holds[nd.ID] = h

@@ -119,14 +119,27 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// campaign makes l's replica of a group campaign at once, once the group
-// exists there, instead of waiting for an election timeout.
-// lead makes l serve the group of key: it campaigns until l leads it (another node, whose
-// election timer fired first on a slow machine, may have taken it).
+// lead makes l serve the group of key. Another node, whose election
+// timer fired first on a slow machine, may have taken the group; with
+// PreVote and CheckQuorum the followers of a live leader refuse l's
+// campaign, so l asks that leader to hand the group over instead.
 func lead(t testing.TB, ctx context.Context, l *Log, key groupKey) {
 	t.Helper()
 	for ctx.Err() == nil {
-		campaign(t, ctx, l, key)
+		var st PartitionStatus
+		g := l.group(key)
+		if g != nil {
+			g.mu.Lock()
+			st = g.status
+			g.mu.Unlock()
+		}
+		if g != nil && st.Leader != 0 && st.Leader != l.self {
+			if err := g.do(ctx, func() { g.rn.TransferLeader(l.self) }); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			campaign(t, ctx, l, key)
+		}
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		for wctx.Err() == nil {
 			if l.group(key).serving(wctx) == nil {
@@ -140,6 +153,8 @@ func lead(t testing.TB, ctx context.Context, l *Log, key groupKey) {
 	t.Fatalf("node %d does not lead %s", l.self, key)
 }
 
+// campaign makes l's replica of a group campaign at once, once the group
+// exists there, instead of waiting for an election timeout.
 func campaign(t testing.TB, ctx context.Context, l *Log, key groupKey) {
 	t.Helper()
 	for ctx.Err() == nil {
