@@ -45,11 +45,54 @@ type Rounds struct {
 	rows float64 // rows each phase handles
 	wall map[string][]time.Duration
 	cpu  map[string][]time.Duration
+	srv  map[string][]time.Duration
+	// ServerPID, when set, is the main process of the database server whose CPU time each
+	// phase also records (ServerCPU, reported as server_cpu_ns/row): baseline and subject
+	// share the cores with it.
+	ServerPID int
 }
 
 // NewRounds returns an empty collection for phases that each handle rows rows.
 func NewRounds(rows int) *Rounds {
-	return &Rounds{rows: float64(rows), wall: map[string][]time.Duration{}, cpu: map[string][]time.Duration{}}
+	return &Rounds{rows: float64(rows), wall: map[string][]time.Duration{}, cpu: map[string][]time.Duration{}, srv: map[string][]time.Duration{}}
+}
+
+// ServerCPU is the CPU time (user and system) a server whose main process is pid has used so
+// far, from /proc in clock ticks of 10 ms: the main process's own and that of its ended
+// children (which it reaped), and its running children's (PostgreSQL's backends, which leave
+// its process group).
+func ServerCPU(pid int) time.Duration {
+	ents, _ := os.ReadDir("/proc")
+	var ticks int64
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // ended meanwhile
+		}
+		// the fields after the command name, which may hold spaces, in parentheses: state,
+		// ppid, ...
+		end := strings.LastIndexByte(string(b), ')')
+		if end < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[end+1:]))
+		self := e.Name() == strconv.Itoa(pid)
+		if len(f) < 15 || !self && f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		fields := []int{11, 12} // utime, stime
+		if self {
+			fields = append(fields, 13, 14) // cutime, cstime
+		}
+		for _, k := range fields {
+			n, _ := strconv.ParseInt(f[k], 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ
 }
 
 // ProcessCPU is the CPU time (user and system) this process has used.
@@ -60,12 +103,15 @@ func ProcessCPU() time.Duration {
 }
 
 // Measure runs phase and records its duration (as fn reports it) and the CPU time the process
-// used meanwhile (the servers' CPU is not counted).
+// used meanwhile, and the server's (ServerPID) apart.
 func (r *Rounds) Measure(phase string, fn func() time.Duration) {
-	c0 := ProcessCPU()
+	c0, s0 := ProcessCPU(), r.serverCPU()
 	d := fn()
 	r.wall[phase] = append(r.wall[phase], d)
 	r.cpu[phase] = append(r.cpu[phase], ProcessCPU()-c0)
+	if r.ServerPID != 0 {
+		r.srv[phase] = append(r.srv[phase], r.serverCPU()-s0)
+	}
 }
 
 // Report reports each phase's median rate and CPU time per row and, against base, the median
@@ -81,6 +127,13 @@ func (r *Rounds) Report(b *testing.B, base string, phases ...string) {
 		if len(xs) > 0 {
 			b.ReportMetric(Median(xs), p+"_rows/s")
 			b.ReportMetric(Median(cs), p+"_cpu_ns/row")
+		}
+		if len(r.srv[p]) > 0 {
+			var ss []float64
+			for _, c := range r.srv[p] {
+				ss = append(ss, float64(c.Nanoseconds())/r.rows)
+			}
+			b.ReportMetric(Median(ss), p+"_server_cpu_ns/row")
 		}
 	}
 	rate(base)
@@ -111,4 +164,11 @@ func PeakRSSMiB(pid int) float64 {
 		}
 	}
 	return 0
+}
+
+func (r *Rounds) serverCPU() time.Duration {
+	if r.ServerPID == 0 {
+		return 0
+	}
+	return ServerCPU(r.ServerPID)
 }

@@ -158,6 +158,7 @@ func BenchmarkBinlogDrain(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		r := harness.NewRounds(benchRows)
+		r.ServerPID = m.PID()
 		for range harness.BenchRounds() {
 			if harness.BenchPhase("raw") {
 				r.Measure("raw", func() time.Duration {
@@ -285,6 +286,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		r := harness.NewRounds(benchRows)
+		r.ServerPID = m.PID()
 		for range harness.BenchRounds() {
 			if harness.BenchPhase("select") {
 				r.Measure("select", func() time.Duration { return selectAll(b, m, db) })

@@ -1,14 +1,10 @@
 package postgres_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -37,40 +33,6 @@ import (
 //	  baseline and subject alike. SLUICE_BENCH_ONLY=copy|snapshot|log runs one phase alone.
 
 const benchRows = 1_000_000
-
-// serverCPU is the CPU time the PostgreSQL server whose postmaster is pid has used so far: the
-// postmaster's (with its ended children's, which it reaped) and its running children's.
-func serverCPU(b *testing.B, pid int) time.Duration {
-	dirs, err := filepath.Glob("/proc/[0-9]*")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var ticks int64
-	for _, d := range dirs {
-		st, err := os.ReadFile(d + "/stat")
-		if err != nil {
-			continue // ended meanwhile
-		}
-		end := bytes.LastIndexByte(st, ')')
-		if end < 0 {
-			continue
-		}
-		f := strings.Fields(string(st[end+2:])) // state, ppid, ...
-		self := filepath.Base(d) == strconv.Itoa(pid)
-		if len(f) < 15 || !self && f[1] != strconv.Itoa(pid) {
-			continue
-		}
-		fields := []int{11, 12} // utime, stime
-		if self {
-			fields = append(fields, 13, 14) // cutime, cstime: the backends that ended
-		}
-		for _, i := range fields {
-			n, _ := strconv.ParseInt(f[i], 10, 64)
-			ticks += n
-		}
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ
-}
 
 // cpuPerRow returns the CPU nanoseconds per row the process spent in run, and run's result.
 func cpuPerRow(b *testing.B, rows float64, run func() time.Duration) (time.Duration, float64) {
@@ -264,12 +226,10 @@ func BenchmarkSnapshot(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		r := harness.NewRounds(benchRows)
-		var copyServer, logServer []float64 // the server's CPU microseconds per row
+		r.ServerPID = pid
 		for range harness.BenchRounds() {
 			if harness.BenchPhase("copy") {
-				s0 := serverCPU(b, pid)
 				r.Measure("copy", func() time.Duration { return copyOut(b, d) })
-				copyServer = append(copyServer, float64((serverCPU(b, pid)-s0).Microseconds())/benchRows)
 			}
 			cfg := d.sourceConfig(map[string]string{"snapshot.mode": "initial_only"})
 			if harness.BenchPhase("snapshot") {
@@ -277,18 +237,10 @@ func BenchmarkSnapshot(b *testing.B) {
 			}
 			if harness.BenchPhase("log") {
 				cfg["topic.prefix"] = "snap"
-				s0 := serverCPU(b, pid)
 				r.Measure("log", func() time.Duration { return logDrain(b, cfg, "snap.public.items", benchRows) })
-				logServer = append(logServer, float64((serverCPU(b, pid)-s0).Microseconds())/benchRows)
 			}
 		}
 		r.Report(b, "copy", "snapshot", "log")
-		if len(copyServer) > 0 {
-			b.ReportMetric(harness.Median(copyServer), "copy_server_cpu_us/row")
-		}
-		if len(logServer) > 0 {
-			b.ReportMetric(harness.Median(logServer), "log_server_cpu_us/row")
-		}
 	}
 }
 
