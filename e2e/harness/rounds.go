@@ -105,7 +105,8 @@ func ProcessCPU() time.Duration {
 // Measure runs phase and records its duration (as fn reports it) and the CPU time the process
 // used meanwhile, and the server's (ServerPID) apart.
 func (r *Rounds) Measure(phase string, fn func() time.Duration) {
-	c0, s0 := ProcessCPU(), r.serverCPU()
+	s0 := r.serverCPU() // before the process's own count starts: scanning /proc costs CPU
+	c0 := ProcessCPU()
 	d := fn()
 	r.wall[phase] = append(r.wall[phase], d)
 	r.cpu[phase] = append(r.cpu[phase], ProcessCPU()-c0)
