@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // A keyEncoder appends an order-preserving encoding of a key column's text value: for two
@@ -107,7 +109,7 @@ func infinite(mod pgtype.InfinityModifier, v int64) int64 {
 }
 
 func encodeIntKey(dst, src []byte) ([]byte, error) {
-	n, err := parseInt(src)
+	n, err := snapshot.ParseInt(src)
 	if err != nil {
 		return nil, fmt.Errorf("integer key %q: %w", src, err)
 	}

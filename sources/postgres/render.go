@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/sluice-cdc/sluice/connect"
+
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // A snapshot row is rendered as JSON straight from the values the server sent: the record's
@@ -53,7 +55,7 @@ func (t *table) appendCol(dst []byte, i int, k byte, b []byte, masked bool) ([]b
 			if plainInt(b) {
 				return append(dst, b...), nil
 			}
-			if n, err := parseInt(b); err == nil {
+			if n, err := snapshot.ParseInt(b); err == nil {
 				return strconv.AppendInt(dst, n, 10), nil
 			}
 		}

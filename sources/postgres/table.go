@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/sluice-cdc/sluice/connect"
+
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // table is how a captured table's rows become records: its columns with their decoders,
@@ -158,7 +160,7 @@ func (t *table) decodeCol(i int, k byte, b []byte) (any, error) {
 			v, err = c.decode(b)
 		}
 	case c.fast == fastInt && t.slab != nil:
-		if n, perr := parseInt(b); perr == nil {
+		if n, perr := snapshot.ParseInt(b); perr == nil {
 			v = t.slab.Int(n)
 		} else {
 			v, err = c.decode(b) // its error names the text

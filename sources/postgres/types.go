@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sluice-cdc/sluice/connect"
+
+	"github.com/sluice-cdc/sluice/sources/snapshot"
 )
 
 // Values arrive in PostgreSQL's text form on both paths: pgoutput sends the text form, and the
@@ -268,34 +270,9 @@ func decodeBool(src []byte) (any, error) {
 func decodeBit1(src []byte) (any, error) { return len(src) == 1 && src[0] == '1', nil }
 
 func decodeInt(src []byte) (any, error) {
-	n, err := parseInt(src)
+	n, err := snapshot.ParseInt(src)
 	if err != nil {
 		return nil, fmt.Errorf("integer %q: %w", src, err)
-	}
-	return n, nil
-}
-
-// parseInt parses the text form of an integer as strconv.ParseInt does in base 10. The server's
-// form (an optional '-' and at most 19 digits) is added up directly when it has at most 18
-// digits, which cannot overflow; anything else goes to strconv, whose error names the text.
-func parseInt(src []byte) (int64, error) {
-	digits := src
-	if len(digits) > 0 && digits[0] == '-' {
-		digits = digits[1:]
-	}
-	if len(digits) == 0 || len(digits) > 18 {
-		return strconv.ParseInt(string(src), 10, 64)
-	}
-	var n int64
-	for _, c := range digits {
-		d := c - '0'
-		if d > 9 {
-			return strconv.ParseInt(string(src), 10, 64)
-		}
-		n = n*10 + int64(d)
-	}
-	if len(digits) < len(src) {
-		n = -n
 	}
 	return n, nil
 }

@@ -1,8 +1,6 @@
 package postgres
 
 import (
-	"math/rand/v2"
-	"strconv"
 	"testing"
 	"time"
 
@@ -55,26 +53,5 @@ func TestChunkQueryCheckBinary(t *testing.T) {
 	}
 	if err := q.checkBinary(fds[:1]); err == nil || err.Error() != want {
 		t.Fatalf("fewer columns: got %v, want %q", err, want)
-	}
-}
-
-// parseInt agrees with strconv.ParseInt on every text, the server's and any other: the value,
-// and whether it is an error.
-func TestParseInt(t *testing.T) {
-	texts := []string{"0", "-0", "7", "-7", "+7", "", "-", "--1", "1-", " 1", "1 ", "0x10", "1_000", "१",
-		"999999999999999999", "-999999999999999999", "1000000000000000000", "-1000000000000000000",
-		"9223372036854775807", "-9223372036854775808", "9223372036854775808", "-9223372036854775809",
-		"00000000000000000001", "123456789012345678901234567890", "12a", ":"}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 10000 {
-		n := int64(rng.Uint64()) >> rng.IntN(64)
-		texts = append(texts, strconv.FormatInt(n, 10))
-	}
-	for _, s := range texts {
-		want, wantErr := strconv.ParseInt(s, 10, 64)
-		got, err := parseInt([]byte(s))
-		if got != want || (err == nil) != (wantErr == nil) {
-			t.Fatalf("parseInt(%q) = %d, %v; strconv.ParseInt: %d, %v", s, got, err, want, wantErr)
-		}
 	}
 }
