@@ -18,7 +18,8 @@ import (
 // Reading the snapshot: a pipeline of goroutines started by open and stopped by close.
 //
 //	fetcher:     runs the chunk queries one after the other on the snapshot connection and
-//	             copies each chunk's rows into row sets (cells) of at most max.batch.size rows
+//	             reads each chunk's rows into row sets (cells) of at most max.batch.size rows
+//	             (textquery.go: in the text protocol the values stay where the row was read)
 //	converters:  (up to 4, by GOMAXPROCS) turn row sets into batches of records, each in turn
 //	read:        takes the batches from the converters in the same turn, so in row order
 //
@@ -87,20 +88,27 @@ func (rs *rowSet) row(i int) []cell {
 	return rs.cells[i*nc : (i+1)*nc : (i+1)*nc]
 }
 
-// text copies b into the set's data.
-func (rs *rowSet) text(b []byte) []byte {
-	if cap(rs.data)-len(rs.data) < len(b) {
+// room returns n bytes of the set's data to write a value (or a whole row packet) into.
+func (rs *rowSet) room(n int) []byte {
+	if cap(rs.data)-len(rs.data) < n {
 		// a new slab; the cells cut from the old one keep it
 		if rs.rc == nil {
-			rs.data = make([]byte, 0, max(2*cap(rs.data), len(b), 4096))
+			rs.data = make([]byte, 0, max(2*cap(rs.data), n, 4096))
 		} else {
-			rs.data = rs.rc.bytes.get(max(bytesSlab, len(b)))
+			rs.data = rs.rc.bytes.get(max(bytesSlab, n))
 			rs.slabs = append(rs.slabs, rs.data)
 		}
 	}
 	start := len(rs.data)
-	rs.data = append(rs.data, b...)
-	return rs.data[start:len(rs.data):len(rs.data)]
+	rs.data = rs.data[:start+n]
+	return rs.data[start : start+n : start+n]
+}
+
+// text copies b into the set's data.
+func (rs *rowSet) text(b []byte) []byte {
+	p := rs.room(len(b))
+	copy(p, b)
+	return p
 }
 
 // add copies a fetched row into the set.
@@ -179,7 +187,7 @@ func (sn *snapshotter) close() {
 	}
 	if sn.conn != nil {
 		sn.conn.Close()
-		sn.conn = nil
+		sn.conn, sn.tq = nil, nil
 	}
 }
 
@@ -331,15 +339,19 @@ func (sn *snapshotter) chunk(ctx context.Context) ([]*rowSet, error) {
 	var sets []*rowSet
 	cur := sn.newSet(t, mode, trunc, min(limit, maxBatch))
 	got := 0
-	perRow := func(row []gomysql.FieldValue) error {
+	// next is the set the next row goes to
+	next := func() *rowSet {
 		if cur.n >= room(cur) {
 			sets = append(sets, cur)
 			sn.dataHint = len(cur.data)
 			cur = sn.newSet(t, mode, false, min(limit-got, maxBatch))
 		}
-		cur.add(row)
 		got++
 		sn.rows++
+		return cur
+	}
+	perRow := func(row []gomysql.FieldValue) error {
+		next().add(row)
 		return nil
 	}
 
@@ -348,9 +360,12 @@ func (sn *snapshotter) chunk(ctx context.Context) ([]*rowSet, error) {
 	defer stop()
 	var res gomysql.Result
 	var err error
-	if text {
+	switch {
+	case text && sn.tq != nil:
+		err = sn.tq.run(chunkQuery(t, mode, first, args), len(t.cols), next)
+	case text:
 		err = sn.conn.ExecuteSelectStreaming(chunkQuery(t, mode, first, args), &res, perRow, nil)
-	} else {
+	default:
 		err = sn.stmt.ExecuteSelectStreaming(&res, perRow, nil, args...)
 	}
 	if err != nil {

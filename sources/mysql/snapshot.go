@@ -82,7 +82,8 @@ type snapshotter struct {
 	rows     int64
 	run      uint32
 	stmt     *client.Stmt
-	stmtKind int // 0: first chunk, 1: next chunks
+	stmtKind int        // 0: first chunk, 1: next chunks
+	tq       *textQuery // reads chunk queries in the text protocol; nil: go-mysql does
 	progress map[string][2]int64
 	ins      []chan *rowSet // the converters' inputs, fed in turn
 	spare    chan []cell    // cells of converted row sets, for new ones
@@ -105,6 +106,9 @@ func (sn *snapshotter) open(ctx context.Context) error {
 		return err
 	}
 	sn.conn = c
+	if textQueryUsable(c) && !s.goMySQLText {
+		sn.tq = newTextQuery(c)
+	}
 	stop := context.AfterFunc(ctx, func() { abort(c) })
 	defer stop()
 	if _, err := c.Execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {

@@ -47,6 +47,7 @@ type Source struct {
 	srcTemplate [srcFields]connect.Field // see sourceTemplate
 
 	forcePrepared bool // tests: every snapshot chunk through a prepared statement
+	goMySQLText   bool // tests: text chunk queries through go-mysql, not a textQuery
 }
 
 const phaseIdle = 2

@@ -191,6 +191,14 @@ func TestTypeMatrix(t *testing.T) {
 	if diff := cmp.Diff(snap, afterImages(t, &lb, db, connect.OpRead)); diff != "" {
 		t.Errorf("snapshot after images through the text and the binary protocol differ (-text +binary):\n%s", diff)
 	}
+	// and through go-mysql's text protocol reader (used on compressed connections) the same
+	gm := newSource(t, baseConfig(m, db, map[string]string{KeySnapshotMode: SnapshotInitialOnly, KeySnapshotLocking: "none"}), nil)
+	gm.goMySQLText = true
+	var lg testLog
+	lg.run(t, gm, time.Minute, func(*testLog) bool { return gm.phase == phaseIdle })
+	if diff := cmp.Diff(snap, afterImages(t, &lg, db, connect.OpRead)); diff != "" {
+		t.Errorf("snapshot after images through sluice's and go-mysql's text protocol readers differ (-sluice +go-mysql):\n%s", diff)
+	}
 	// and as Rows (a connector with transforms), through either protocol, the same images and keys
 	for _, prepared := range []bool{false, true} {
 		rows := newSource(t, baseConfig(m, db, map[string]string{KeySnapshotMode: SnapshotInitialOnly, KeySnapshotLocking: "none"}), nil)
