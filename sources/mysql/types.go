@@ -97,39 +97,46 @@ func daysFromCivil(y, m, d int) int64 {
 // dateParts parses "YYYY-MM-DD[ hh:mm:ss[.ffffff]]". zero is true for a zero or partly zero
 // date ("0000-00-00", "2020-00-10"), which MySQL allows outside strict mode.
 func dateParts[T string | []byte](s T) (y, mo, d, h, mi, sec, usec int, zero bool, err error) {
-	bad := func() error { return fmt.Errorf("malformed date/time %q", string(s)) }
 	if len(s) < 10 || s[4] != '-' || s[7] != '-' {
-		return 0, 0, 0, 0, 0, 0, 0, false, bad()
+		return 0, 0, 0, 0, 0, 0, 0, false, badDate(s)
 	}
-	var ok1, ok2, ok3 bool
-	y, ok1 = digits(s[0:4])
-	mo, ok2 = digits(s[5:7])
-	d, ok3 = digits(s[8:10])
-	if !ok1 || !ok2 || !ok3 {
-		return 0, 0, 0, 0, 0, 0, 0, false, bad()
+	y1, ok1 := digits2(s, 0)
+	y2, ok2 := digits2(s, 2)
+	mo, ok3 := digits2(s, 5)
+	d, ok4 := digits2(s, 8)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return 0, 0, 0, 0, 0, 0, 0, false, badDate(s)
 	}
+	y = y1*100 + y2
 	if len(s) > 10 {
-		t := s[11:]
-		if s[10] != ' ' && s[10] != 'T' || len(t) < 8 || t[2] != ':' || t[5] != ':' {
-			return 0, 0, 0, 0, 0, 0, 0, false, bad()
+		if s[10] != ' ' && s[10] != 'T' || len(s) < 19 || s[13] != ':' || s[16] != ':' {
+			return 0, 0, 0, 0, 0, 0, 0, false, badDate(s)
 		}
-		h, ok1 = digits(t[0:2])
-		mi, ok2 = digits(t[3:5])
-		sec, ok3 = digits(t[6:8])
+		h, ok1 = digits2(s, 11)
+		mi, ok2 = digits2(s, 14)
+		sec, ok3 = digits2(s, 17)
 		if !ok1 || !ok2 || !ok3 {
-			return 0, 0, 0, 0, 0, 0, 0, false, bad()
+			return 0, 0, 0, 0, 0, 0, 0, false, badDate(s)
 		}
-		if len(t) > 8 {
-			if t[8] != '.' {
-				return 0, 0, 0, 0, 0, 0, 0, false, bad()
+		if len(s) > 19 {
+			if s[19] != '.' {
+				return 0, 0, 0, 0, 0, 0, 0, false, badDate(s)
 			}
-			if usec, ok1 = fraction(t[9:]); !ok1 {
-				return 0, 0, 0, 0, 0, 0, 0, false, bad()
+			if usec, ok1 = fraction(s[20:]); !ok1 {
+				return 0, 0, 0, 0, 0, 0, 0, false, badDate(s)
 			}
 		}
 	}
 	zero = mo == 0 || d == 0
 	return y, mo, d, h, mi, sec, usec, zero, nil
+}
+
+func badDate[T string | []byte](s T) error { return fmt.Errorf("malformed date/time %q", string(s)) }
+
+// digits2 parses the two decimal digits at s[i:i+2].
+func digits2[T string | []byte](s T, i int) (int, bool) {
+	a, b := s[i]-'0', s[i+1]-'0' // a non-digit wraps to more than 9
+	return int(a)*10 + int(b), a <= 9 && b <= 9
 }
 
 // digits parses a non-empty run of decimal digits (at most 9).
