@@ -121,6 +121,9 @@ func (q *textQuery) run(query string, ncols int, next func() *rowSet) error {
 				return err
 			}
 			row = rs.text(p)
+			if cap(q.pkt) > 1<<20 {
+				q.pkt = nil // a huge row's buffer is not kept for the rest of the snapshot
+			}
 		}
 		if err := q.cells(rs, row); err != nil {
 			return err
