@@ -22,16 +22,16 @@ var typeMatrix = []typeTable{
 	{
 		name: "ints",
 		ddl: `(id INT PRIMARY KEY, ti TINYINT, tiu TINYINT UNSIGNED, si SMALLINT, siu SMALLINT UNSIGNED,
-			mi MEDIUMINT, miu MEDIUMINT UNSIGNED, i INT, iu INT UNSIGNED, bi BIGINT, biu BIGINT UNSIGNED, b BOOL)`,
+			mi MEDIUMINT, miu MEDIUMINT UNSIGNED, i INT, iu INT UNSIGNED, bi BIGINT, biu BIGINT UNSIGNED, b BOOL, iz INT(5) ZEROFILL)`,
 		rows: []string{
-			"(1, -128, 0, -32768, 0, -8388608, 0, -2147483648, 0, -9223372036854775808, 0, 0)",
-			"(2, 127, 255, 32767, 65535, 8388607, 16777215, 2147483647, 4294967295, 9223372036854775807, 18446744073709551615, 1)",
-			"(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+			"(1, -128, 0, -32768, 0, -8388608, 0, -2147483648, 0, -9223372036854775808, 0, 0, 42)",
+			"(2, 127, 255, 32767, 65535, 8388607, 16777215, 2147483647, 4294967295, 9223372036854775807, 18446744073709551615, 1, 0)",
+			"(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
 		},
 		want: map[int64]string{
-			1: `{"id":1,"ti":-128,"tiu":0,"si":-32768,"siu":0,"mi":-8388608,"miu":0,"i":-2147483648,"iu":0,"bi":-9223372036854775808,"biu":0,"b":0}`,
-			2: `{"id":2,"ti":127,"tiu":255,"si":32767,"siu":65535,"mi":8388607,"miu":16777215,"i":2147483647,"iu":4294967295,"bi":9223372036854775807,"biu":18446744073709551615,"b":1}`,
-			3: `{"id":3,"ti":null,"tiu":null,"si":null,"siu":null,"mi":null,"miu":null,"i":null,"iu":null,"bi":null,"biu":null,"b":null}`,
+			1: `{"id":1,"ti":-128,"tiu":0,"si":-32768,"siu":0,"mi":-8388608,"miu":0,"i":-2147483648,"iu":0,"bi":-9223372036854775808,"biu":0,"b":0,"iz":42}`,
+			2: `{"id":2,"ti":127,"tiu":255,"si":32767,"siu":65535,"mi":8388607,"miu":16777215,"i":2147483647,"iu":4294967295,"bi":9223372036854775807,"biu":18446744073709551615,"b":1,"iz":0}`,
+			3: `{"id":3,"ti":null,"tiu":null,"si":null,"siu":null,"mi":null,"miu":null,"i":null,"iu":null,"bi":null,"biu":null,"b":null,"iz":null}`,
 		},
 	},
 	{
