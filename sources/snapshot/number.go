@@ -11,36 +11,37 @@ func ParseInt(src []byte) (int64, error) {
 	if len(digits) > 0 && digits[0] == '-' {
 		digits = digits[1:]
 	}
-	if len(digits) == 0 || len(digits) > 18 {
-		return strconv.ParseInt(string(src), 10, 64)
-	}
-	var n int64
-	for _, c := range digits {
-		d := c - '0'
-		if d > 9 {
-			return strconv.ParseInt(string(src), 10, 64)
+	if len(digits) <= 18 {
+		if n, ok := addUp(digits); ok {
+			if len(digits) < len(src) {
+				return -int64(n), nil
+			}
+			return int64(n), nil
 		}
-		n = n*10 + int64(d)
 	}
-	if len(digits) < len(src) {
-		n = -n
-	}
-	return n, nil
+	return strconv.ParseInt(string(src), 10, 64)
 }
 
 // ParseUint parses the text form of an unsigned integer as strconv.ParseUint does in base 10:
 // up to 19 digits directly, anything else through strconv.
 func ParseUint(src []byte) (uint64, error) {
-	if len(src) == 0 || len(src) > 19 {
-		return strconv.ParseUint(string(src), 10, 64)
+	if len(src) <= 19 {
+		if n, ok := addUp(src); ok {
+			return n, nil
+		}
 	}
-	var n uint64
-	for _, c := range src {
+	return strconv.ParseUint(string(src), 10, 64)
+}
+
+// addUp is the value of a non-empty run of at most 19 decimal digits; ok is false for an
+// empty run or one with anything but a digit.
+func addUp(digits []byte) (n uint64, ok bool) {
+	for _, c := range digits {
 		d := c - '0'
 		if d > 9 {
-			return strconv.ParseUint(string(src), 10, 64)
+			return 0, false
 		}
 		n = n*10 + uint64(d)
 	}
-	return n, nil
+	return n, len(digits) > 0
 }
