@@ -48,6 +48,8 @@ const maxPacket = 1<<24 - 1
 
 func newTextQuery(conn *client.Conn) *textQuery {
 	q := &textQuery{conn: conn, br: bufio.NewReaderSize(conn.Conn.Conn, 64<<10)}
+	// the capabilities both sides agreed on, which go-mysql's own reader goes by; HasCapability
+	// answers what the client asked for, not what the server granted
 	for _, c := range strings.Split(conn.CapabilityString(), "|") {
 		switch c {
 		case gomysql.CapNames[gomysql.CLIENT_DEPRECATE_EOF]:
