@@ -183,21 +183,22 @@ func TestTypeMatrix(t *testing.T) {
 	snap := afterImages(t, &l, db, connect.OpRead)
 
 	// the same snapshot through prepared statements (the binary protocol, used for tables not
-	// keyed by integers) gives the same images
-	bin := newSource(t, baseConfig(m, db, map[string]string{KeySnapshotMode: SnapshotInitialOnly, KeySnapshotLocking: "none"}), nil)
-	bin.forcePrepared = true
-	var lb testLog
-	lb.run(t, bin, time.Minute, func(*testLog) bool { return bin.phase == phaseIdle })
-	if diff := cmp.Diff(snap, afterImages(t, &lb, db, connect.OpRead)); diff != "" {
-		t.Errorf("snapshot after images through the text and the binary protocol differ (-text +binary):\n%s", diff)
-	}
-	// and through go-mysql's text protocol reader (used on compressed connections) the same
-	gm := newSource(t, baseConfig(m, db, map[string]string{KeySnapshotMode: SnapshotInitialOnly, KeySnapshotLocking: "none"}), nil)
-	gm.goMySQLText = true
-	var lg testLog
-	lg.run(t, gm, time.Minute, func(*testLog) bool { return gm.phase == phaseIdle })
-	if diff := cmp.Diff(snap, afterImages(t, &lg, db, connect.OpRead)); diff != "" {
-		t.Errorf("snapshot after images through sluice's and go-mysql's text protocol readers differ (-sluice +go-mysql):\n%s", diff)
+	// keyed by integers), and through go-mysql's text protocol reader (used on compressed
+	// connections), gives the same images
+	for _, v := range []struct {
+		set  func(*Source)
+		diff string
+	}{
+		{func(s *Source) { s.forcePrepared = true }, "through the text and the binary protocol differ (-text +binary)"},
+		{func(s *Source) { s.goMySQLText = true }, "through sluice's and go-mysql's text protocol readers differ (-sluice +go-mysql)"},
+	} {
+		other := newSource(t, baseConfig(m, db, map[string]string{KeySnapshotMode: SnapshotInitialOnly, KeySnapshotLocking: "none"}), nil)
+		v.set(other)
+		var lo testLog
+		lo.run(t, other, time.Minute, func(*testLog) bool { return other.phase == phaseIdle })
+		if diff := cmp.Diff(snap, afterImages(t, &lo, db, connect.OpRead)); diff != "" {
+			t.Errorf("snapshot after images %s:\n%s", v.diff, diff)
+		}
 	}
 	// and as Rows (a connector with transforms), through either protocol, the same images and keys
 	for _, prepared := range []bool{false, true} {
